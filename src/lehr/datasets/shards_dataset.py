@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from kedro.io import AbstractDataset, DatasetError
+
+from lehr.atomic import write_bytes_atomic, write_text_atomic
+
+
+class ShardsDataset(AbstractDataset[tuple[dict[str, np.ndarray], dict], dict]):
+    """Shard files plus ``manifest.json``. Saves ``(shards, manifest)``; loads the manifest.
+
+    Each shard is written under a temporary name and renamed, and the manifest goes last, so a
+    killed run never leaves a manifest that claims a shard that is not complete on disk. The
+    loaded manifest gains ``root``, the folder its shard paths are relative to.
+    """
+
+    def __init__(self, path: str):
+        self._path = Path(path)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self._path / "manifest.json"
+
+    def load(self) -> dict:
+        if not self.manifest_path.is_file():
+            raise DatasetError(f"{self.manifest_path} is missing: run the shard stage first (`dvc repro shard`)")
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            raise DatasetError(
+                f"{self.manifest_path} is corrupt ({e}); rebuild it with `dvc repro --force shard`"
+            ) from None
+        manifest["root"] = str(self._path)
+        return manifest
+
+    def save(self, data: tuple[dict[str, np.ndarray], dict]) -> None:
+        shards, manifest = data
+        self.manifest_path.unlink(missing_ok=True)
+        for stale in set(self._path.glob("**/*.bin")) - {self._path / f for f in shards}:
+            stale.unlink()
+        for file, tokens in shards.items():
+            write_bytes_atomic(self._path / file, tokens.tobytes())
+        write_text_atomic(self.manifest_path, json.dumps(manifest, indent=1))
+
+    def _exists(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}

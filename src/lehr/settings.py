@@ -1,0 +1,11 @@
+"""Kedro project settings."""
+
+from kedro.config import OmegaConfigLoader
+
+CONFIG_LOADER_CLASS = OmegaConfigLoader
+CONFIG_LOADER_ARGS = {
+    "base_env": "base",
+    "default_run_env": "local",
+    # `--params tokenize.vocab_size=512` overrides one key and keeps its siblings.
+    "merge_strategy": {"parameters": "soft"},
+}
