@@ -12,8 +12,9 @@ from lehr.tokenization import EOT, tokenizer_sha256
 
 def shard_streams(
     token_streams: tuple[dict[str, np.ndarray], dict], tokenizer: Tokenizer, params: ShardParams
-) -> tuple[dict[str, np.ndarray], dict]:
+) -> tuple[dict[str, np.ndarray], dict, str]:
     streams, stats = token_streams
     info = {"sha256": tokenizer_sha256(tokenizer), "vocab_size": tokenizer.get_vocab_size(),
             "eot_id": tokenizer.token_to_id(EOT)}
-    return cut_shards(streams, stats, params.shard_tokens, info)
+    shards, manifest = cut_shards(streams, stats, params.shard_tokens, info)
+    return shards, manifest, tokenizer.to_str()

@@ -1,0 +1,188 @@
+"""Checkpoints: directories written atomically, verified on load, resumed exactly.
+
+A checkpoint directory holds ``model.safetensors``, ``optimizer.pt`` (optimizer + grad scaler),
+``rng_rank<r>.pt`` (python, numpy, torch CPU and CUDA generators of rank r) and ``state.json``
+(step, tokens, data position, config and its hash, data hashes, eval history, and the sha256
+of every other file). It is written into a temporary sibling, fsynced and renamed; the
+``latest`` pointer moves only after that. Tensors are loaded with ``weights_only=True``, so a
+checkpoint can never run code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+from lehr.atomic import fsync_dir, write_text_atomic
+
+log = logging.getLogger(__name__)
+STATE = "state.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be written or trusted; the message says what to do."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate((state["python"][0], tuple(state["python"][1]), state["python"][2]))
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state: dict,
+          rng_per_rank: list[dict]) -> Path:
+    """Write a complete checkpoint at ``target``, replacing any old one only once it is whole."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(optimizer_state, tmp / "optimizer.pt")
+        for rank, rng in enumerate(rng_per_rank):
+            torch.save(rng, tmp / f"rng_rank{rank}.pt")
+        files = sorted(p.name for p in tmp.iterdir())
+        for name in files:
+            _fsync(tmp / name)
+        state = {**state, "files": {name: _sha256(tmp / name) for name in files}}
+        (tmp / STATE).write_text(json.dumps(state, indent=1))
+        _fsync(tmp / STATE)
+        fsync_dir(tmp)
+        old = target.with_name(f".old-{target.name}-{os.getpid()}")
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(
+            f"could not write checkpoint {target}: {e.strerror or e}. Nothing was replaced: the previous "
+            f"checkpoint in {target.parent} is intact. Free disk space (or fix permissions) and resume."
+        ) from e
+    return target
+
+
+def verify(path: Path) -> dict:
+    """The checkpoint's state if every file is present and matches its sha256, else raise."""
+    try:
+        state = json.loads((path / STATE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path / STATE} is unreadable ({e})") from None
+    for name, digest in state.get("files", {}).items():
+        f = path / name
+        if not f.is_file() or _sha256(f) != digest:
+            raise CheckpointError(f"{f} is missing or does not match its sha256 (truncated or corrupt)")
+    return state
+
+
+def load_weights(path: Path, model: torch.nn.Module) -> None:
+    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path} holds weights of another model shape (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+
+
+def load_optimizer(path: Path, device: torch.device) -> dict:
+    return torch.load(path / "optimizer.pt", map_location=device, weights_only=True)
+
+
+def load_rng(path: Path, rank: int) -> dict | None:
+    f = path / f"rng_rank{rank}.pt"
+    return torch.load(f, weights_only=True) if f.is_file() else None
+
+
+class Rolling:
+    """The rolling checkpoints of one run: ``<root>/step_<n>/`` and a ``latest`` pointer."""
+
+    def __init__(self, root: str | Path, keep_last: int):
+        self.root, self.keep_last = Path(root), max(1, keep_last)
+
+    def candidates(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        steps = sorted((p for p in self.root.glob("step_*") if p.is_dir()), reverse=True)
+        pointer = self.root / "latest"
+        first = self.root / pointer.read_text().strip() if pointer.is_file() else None
+        return ([first] if first in steps else []) + [p for p in steps if p != first]
+
+    def save(self, step: int, **kwargs) -> Path:
+        path = write(self.root / f"step_{step:08d}", **kwargs)
+        write_text_atomic(self.root / "latest", path.name)
+        for old in self.candidates()[self.keep_last:]:
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    def latest_valid(self) -> tuple[Path, dict] | None:
+        """The newest checkpoint that verifies; warns about each broken one it skips."""
+        found = self.candidates()
+        for path in found:
+            try:
+                return path, verify(path)
+            except CheckpointError as e:
+                log.warning("skipping checkpoint %s: %s; falling back to the previous one", path, e)
+        if found:
+            raise CheckpointError(
+                f"no valid checkpoint in {self.root} ({len(found)} found, all corrupt). Delete {self.root} "
+                f"to start this run afresh."
+            )
+        return None
+
+
+def resolve_start(rolling: Rolling, init_from: str | None) -> tuple[str, Path | None, dict | None]:
+    """The one rule for where a run starts.
+
+    Its own folder holds a checkpoint -> ``resume`` it; else a configured initial checkpoint
+    (e.g. ``pre_anneal``) -> ``branch`` from it; else ``fresh``.
+    """
+    found = rolling.latest_valid()
+    if found:
+        return "resume", *found
+    if init_from:
+        path = Path(init_from)
+        if not (path / STATE).is_file():
+            raise CheckpointError(
+                f"initial checkpoint {path} does not exist: run the pretrain-stable stage first "
+                f"(`dvc repro pretrain-stable` or `kedro run --pipeline pretrain_stable`)"
+            )
+        return "branch", path, verify(path)
+    return "fresh", None, None

@@ -1,0 +1,136 @@
+"""Process groups and the launcher. World size 1 runs in-process; more goes through
+``torch.distributed.run`` (torchrun): gloo on CPU, NCCL on CUDA, multi-node via its rendezvous."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    local_rank: int
+    world: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+
+def setup(device: str) -> Dist:
+    if "RANK" not in os.environ:
+        return Dist(0, 0, 1)
+    backend = "nccl" if device != "cpu" and torch.cuda.is_available() else "gloo"
+    # Rank 0 may spend minutes writing a large checkpoint while the others wait in a collective;
+    # a short timeout would kill healthy runs on slow shared filesystems.
+    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=60))
+    return Dist(dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size())
+
+
+def teardown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def any_rank(flag: bool, d: Dist, device: torch.device) -> bool:
+    """True on every rank if ``flag`` is true on any (one tiny all-reduce; a host sync)."""
+    if not d.enabled:
+        return flag
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def broadcast_object(obj, d: Dist):
+    if not d.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_to_main(obj, d: Dist) -> list | None:
+    if not d.enabled:
+        return [obj]
+    out = [None] * d.world if d.is_main else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()
+
+
+@dataclass(frozen=True)
+class Launch:
+    nproc_per_node: int = 1  # processes on this machine (GPUs, or CPU workers on gloo)
+    nnodes: int = 1  # machines taking part
+    node_rank: int = 0
+    rdzv_endpoint: str = "127.0.0.1:29500"  # host:port of the rendezvous (node 0)
+    rdzv_backend: str = "c10d"
+    max_restarts: int = 0  # torchrun restarts the whole group this often after a worker dies
+
+
+def check_launch(launch: Launch, device: str) -> None:
+    if launch.nproc_per_node < 1 or launch.nnodes < 1:
+        raise ValueError("launch.nproc_per_node and launch.nnodes must be at least 1")
+    wants_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if wants_cuda and launch.nproc_per_node > torch.cuda.device_count():
+        raise ValueError(
+            f"launch.nproc_per_node = {launch.nproc_per_node} but this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s); ask for at most that many"
+        )
+    if not wants_cuda and launch.nproc_per_node > (os.cpu_count() or 1):
+        raise ValueError(
+            f"launch.nproc_per_node = {launch.nproc_per_node} exceeds the {os.cpu_count()} CPU cores of "
+            f"this machine; ask for at most that many"
+        )
+
+
+def torchrun_args(launch: Launch) -> list[str]:
+    args = [f"--nproc-per-node={launch.nproc_per_node}", f"--max-restarts={launch.max_restarts}"]
+    if launch.nnodes == 1:
+        # One machine: a private rendezvous on a free local port, so two runs never collide.
+        return [*args, "--standalone"]
+    return [*args, f"--nnodes={launch.nnodes}", f"--node-rank={launch.node_rank}",
+            f"--rdzv-backend={launch.rdzv_backend}", f"--rdzv-endpoint={launch.rdzv_endpoint}"]
+
+
+def run(config_dict: dict, launch: Launch, callback_specs: list[str] = (), extra_env: dict[str, str] | None = None) -> dict:
+    """Train with ``config_dict``; returns rank 0's run summary. Multi-process runs use torchrun.
+
+    ``callback_specs`` are ``module:factory`` paths, built in whichever process is rank 0.
+    """
+    from lehr.engine.loop import train
+    from lehr.engine.config import TrainConfig
+
+    check_launch(launch, config_dict.get("device", "auto"))
+    if launch.nproc_per_node * launch.nnodes == 1:
+        return train(TrainConfig.from_dict(config_dict), list(callback_specs))
+    out_dir = Path(config_dict["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="lehr-launch-") as tmp:
+        cfg_path, summary_path = Path(tmp) / "config.json", Path(tmp) / "summary.json"
+        cfg_path.write_text(json.dumps({"config": config_dict, "callbacks": list(callback_specs)}))
+        cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(launch),
+               "-m", "lehr.engine.worker", str(cfg_path), str(summary_path)]
+        env = {**os.environ, **(extra_env or {}), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        proc = subprocess.run(cmd, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"torchrun exited with code {proc.returncode}; see the log above")
+        return json.loads(summary_path.read_text())

@@ -1,0 +1,83 @@
+"""Held-out evaluation: loss, perplexity and bits-per-byte per source; stall detection; samples."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lehr.engine.data import Source, eval_windows
+from lehr.engine.hardware import Hardware
+
+LN2 = math.log(2)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The fixed windows of every held-out source, built once per run."""
+
+    windows: dict[str, np.ndarray]  # source name -> (n, seq_len + 1)
+    bytes_per_token: dict[str, float]
+
+    @classmethod
+    def build(cls, sources: list[Source], seq_len: int, n_windows: int) -> HeldOut:
+        return cls({s.name.split("/", 1)[1]: eval_windows(s, seq_len, n_windows) for s in sources},
+                   {s.name.split("/", 1)[1]: s.bytes_per_token for s in sources})
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int) -> dict[str, float]:
+    """Mean loss (nats/token), perplexity and bits-per-byte per source and over all of them.
+
+    Bits-per-byte divides by the UTF-8 bytes the tokens stand for, so models with different
+    tokenizers compare on the same footing.
+    """
+    was_training = model.training
+    model.eval()
+    out: dict[str, float] = {}
+    nats_total, bytes_total, tokens_total = 0.0, 0.0, 0
+    for name, windows in held.windows.items():
+        nats = 0.0
+        for i in range(0, len(windows), micro_batch):
+            w = torch.from_numpy(windows[i:i + micro_batch]).to(hw.device)
+            with hw.autocast():
+                _, loss = model(w[:, :-1], w[:, 1:])
+            nats += loss.item() * w[:, 1:].numel()
+        n_tokens = windows[:, 1:].size
+        loss = nats / n_tokens
+        out[f"{name}.loss"] = loss
+        out[f"{name}.ppl"] = math.exp(min(loss, 50))
+        out[f"{name}.bpb"] = loss / LN2 / held.bytes_per_token[name]
+        nats_total += nats
+        bytes_total += n_tokens * held.bytes_per_token[name]
+        tokens_total += n_tokens
+    out["heldout.loss"] = nats_total / tokens_total
+    out["heldout.ppl"] = math.exp(min(out["heldout.loss"], 50))
+    out["heldout.bpb"] = nats_total / LN2 / bytes_total
+    model.train(was_training)
+    return out
+
+
+def stalled(losses: list[float], window: int, eps: float) -> bool:
+    """True when the best of the latest ``window/2`` evals beats the best of the half before by < eps.
+
+    The held-out windows are fixed, so the curve is smooth enough for a small eps.
+    """
+    if len(losses) < window:
+        return False
+    half = window // 2
+    return min(losses[-half:]) > min(losses[-window:-half]) - eps
+
+
+@torch.no_grad()
+def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, device: torch.device) -> str:
+    """A short continuation from a fixed-seed generator, so samples at different steps compare."""
+    ids = tokenizer.encode(prompt).ids or [0]
+    gen = torch.Generator(device=device).manual_seed(1234)
+    was_training = model.training
+    model.eval()
+    out = model.generate(torch.tensor([ids], device=device), n_tokens, temperature=0.8, top_k=40, generator=gen)
+    model.train(was_training)
+    return tokenizer.decode(out[0].tolist())

@@ -1,0 +1,304 @@
+"""The training loop: one function that trains a ``TrainConfig`` from wherever it should start.
+
+Step order (one host sync per step, for the skip decision): set LR -> micro-batches (autocast
+forward, scaled loss, backward; DDP ``no_sync`` on all but the last) -> unscale, clip -> optimizer
+step, or skip on a non-finite grad norm -> zero grad -> log / eval / checkpoint at intervals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from lehr.engine import checkpoint, distributed
+from lehr.engine.config import TrainConfig, math_diff
+from lehr.engine.data import ShardSet, TrainStream, manifest_sha256
+from lehr.engine.evaluation import HeldOut, evaluate, sample_text, stalled
+from lehr.engine.hardware import memory_report, resolve
+from lehr.engine.metrics import RunLog, load_callbacks
+from lehr.engine.model import Transformer
+from lehr.engine.schedule import lr_at
+from lehr.engine.signals import GracefulStop
+
+FAULT_ENV = "LEHR_FAULT_NONFINITE_STEPS"  # test-only: comma-separated steps whose loss becomes NaN
+EXIT_DIVERGED = 3
+
+
+class DivergedError(RuntimeError):
+    """Too many non-finite steps in a row; the last good checkpoint was left untouched."""
+
+
+@dataclass
+class Progress:
+    """Everything besides tensors that a resumed run must restore; saved in state.json."""
+
+    step: int = 0
+    tokens: int = 0
+    anneal_start: int | None = None  # stable phase: the decided start of the decay
+    anneal_reason: str | None = None
+    evals: list = field(default_factory=list)  # [{"step", "heldout.loss", ...}]
+    best_loss: float | None = None
+    skips_total: int = 0
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    # Decay matrices only: norm gains are not capacity, and decaying them distorts normalisation.
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+
+
+def anneal_mix(cfg: TrainConfig, step: int, anneal_start: int | None) -> dict[str, float]:
+    if anneal_start is None or step < anneal_start or not cfg.anneal_mix:
+        return cfg.stable_mix
+    frac = (step - anneal_start) / max(1, cfg.anneal_steps)
+    for end_fraction, weights in cfg.anneal_mix:
+        if frac < end_fraction:
+            return weights
+    return cfg.anneal_mix[-1][1]
+
+
+def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
+    d = distributed.setup(cfg.device)
+    try:
+        return _train(cfg, d, load_callbacks(list(callback_specs)) if d.is_main else [])
+    finally:
+        distributed.teardown(d)
+
+
+def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
+    hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, d.local_rank)
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shards = ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len)
+    data_hash = manifest_sha256(cfg.shards)
+    torch.manual_seed(cfg.seed)
+    model = Transformer(cfg.model).to(hw.device)
+    optimizer = build_optimizer(model, cfg, hw.device)
+    scaler = hw.grad_scaler()
+    stream = TrainStream(shards, cfg.model.seq_len, cfg.data_seed)
+    rolling = checkpoint.Rolling(out_dir / "checkpoints", cfg.keep_last)
+    prog = Progress()
+
+    mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
+    if mode == "resume":
+        if state["math_hash"] != cfg.math_hash():
+            keys = math_diff(state["config_math"], cfg.math_fields())
+            raise checkpoint.CheckpointError(
+                f"refusing to resume {path}: it was made under another configuration ({', '.join(keys)} "
+                f"differ). Restore those values, or delete {out_dir} to start this run afresh."
+            )
+        _restore(path, state, model, optimizer, scaler, hw.device, d.rank, with_optimizer=True)
+        stream.load_state_dict(state["data"])
+        prog = Progress(**state["progress"])
+    elif mode == "branch":
+        _check_branchable(path, state, cfg, shards)
+        _restore(path, state, model, optimizer, scaler, hw.device, d.rank, with_optimizer=cfg.init_optimizer)
+        torch.manual_seed(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
+        prog = Progress(step=state["progress"]["step"], tokens=state["progress"]["tokens"])
+        stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
+    rule = cfg.stop_rule
+    if rule and prog.anneal_start is None and not rule.auto:
+        prog.anneal_start, prog.anneal_reason = rule.planned_step, "planned"
+    anneal_start = cfg.anneal_start if rule is None else prog.anneal_start
+
+    def end_step() -> int:
+        if rule:
+            return prog.anneal_start if prog.anneal_start is not None else rule.max_step
+        return cfg.end_step if cfg.end_step is not None else cfg.total_steps
+
+    accum = cfg.grad_accum(d.world)
+    log = RunLog(out_dir, d.is_main, prog.step, end_step(), callbacks)
+    n_params = model.num_parameters()
+    log.info("%s run at step %d: %.2fM parameters, %d x %d tokens per step, %d process(es), %s %s",
+             mode, prog.step, n_params / 1e6, cfg.batch_size, cfg.model.seq_len, d.world, hw.name, hw.precision)
+    if mode == "resume":
+        log.info("resumed from checkpoint %s", path)
+    elif mode == "branch":
+        log.info("branched from %s (optimizer state %s)", path, "kept" if cfg.init_optimizer else "fresh")
+
+    core = model
+    if d.enabled:
+        model = DDP(model, device_ids=[hw.device.index] if hw.device.type == "cuda" else None)
+    forward = torch.compile(model) if cfg.compile else model
+    held = HeldOut.build(shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
+    tokenizer = Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json")) if cfg.sample_tokens else None
+    faults = {int(s) for s in os.environ.get(FAULT_ENV, "").split(",") if s.strip()}
+    flops_per_step = core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
+
+    def save(target: Path | None = None) -> Path:
+        """Rolling checkpoint (or one at ``target``); every rank hands its RNG state to rank 0."""
+        rngs = distributed.gather_to_main(checkpoint.rng_state(), d)
+        saved = None
+        if d.is_main:
+            st = {"progress": vars(prog), "data": stream.state_dict(), "config": cfg.to_dict(),
+                  "config_math": cfg.math_fields(), "math_hash": cfg.math_hash(), "manifest_sha256": data_hash,
+                  "tokenizer_sha256": shards.manifest["tokenizer"]["sha256"], "world_size": d.world,
+                  "torch": torch.__version__, "cuda": torch.version.cuda, "device": hw.name,
+                  "provenance": cfg.provenance}
+            kw = dict(model=core, optimizer_state={"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()},
+                      state=st, rng_per_rank=rngs)
+            saved = checkpoint.write(target, **kw) if target else rolling.save(prog.step, **kw)
+        distributed.barrier(d)
+        return saved
+
+    def run_eval() -> None:
+        """Rank 0 evaluates; every rank then holds the same eval history, so the decisions that
+        follow (auto-anneal, early stop, best) are taken identically everywhere without more syncs."""
+        rec = None
+        if d.is_main:
+            rec = {"step": prog.step, "kind": "eval", **evaluate(core, held, hw, cfg.micro_batch)}
+            if tokenizer is not None:
+                rec["sample"] = sample_text(core, tokenizer, cfg.sample_prompt, cfg.sample_tokens, hw.device)
+            log.record(rec)
+            log.info("eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f | sample %r", prog.step,
+                     rec["heldout.loss"], rec["heldout.bpb"], rec["heldout.ppl"], rec.get("sample", "")[:80])
+        rec = distributed.broadcast_object(rec, d)
+        prog.evals.append({k: v for k, v in rec.items() if k != "sample"})
+        if prog.best_loss is None or rec["heldout.loss"] < prog.best_loss:
+            prog.best_loss = rec["heldout.loss"]
+            if rule is None:  # anneal runs keep their best weights; the stable phase hands on pre_anneal
+                save(out_dir / "best")
+
+    stop_reason, consecutive_skips = None, 0
+    t_last, steps_since_log = time.perf_counter(), 0
+    with GracefulStop() as signals:
+        while prog.step < end_step():
+            step = prog.step
+            lr = lr_at(step, kind=cfg.schedule, lr=cfg.lr, min_lr=cfg.min_lr, warmup_steps=cfg.warmup_steps,
+                       total_steps=cfg.total_steps, anneal_start=anneal_start, anneal_steps=cfg.anneal_steps,
+                       shape=cfg.decay_shape)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batches = stream.next_batches(cfg.batch_size, anneal_mix(cfg, step, anneal_start), d.rank, d.world,
+                                          cfg.micro_batch, hw.device)
+            step_loss = torch.zeros((), device=hw.device)  # stays on the device until a log step
+            try:
+                for i, (x, y) in enumerate(batches):
+                    sync = model.no_sync() if d.enabled and i < len(batches) - 1 else contextlib.nullcontext()
+                    with sync:
+                        with hw.autocast():
+                            _, loss = forward(x, y)
+                        if step in faults:
+                            loss = loss * float("nan")
+                        # Divide so the accumulated gradient is that of one batch of batch_size sequences.
+                        scaler.scale(loss / accum).backward()
+                    step_loss += loss.detach() / accum
+            except torch.OutOfMemoryError as e:
+                raise RuntimeError(
+                    f"out of GPU memory at step {step} ({memory_report(hw.device)}). Lower micro_batch "
+                    f"(now {cfg.micro_batch}; accumulation keeps batch_size), model.seq_len, or the model size."
+                ) from e
+            scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(core.parameters(), cfg.grad_clip or float("inf"))
+            # The one host sync of a step: skipping a non-finite update needs the norm on the host.
+            finite = math.isfinite(grad_norm.item())
+            if finite or hw.precision == "fp16":  # fp16: the scaler skips and lowers its scale itself
+                scaler.step(optimizer)
+                scaler.update()
+            if finite:
+                consecutive_skips = 0
+            else:
+                consecutive_skips += 1
+                prog.skips_total += 1
+                log.info("step %d: non-finite grad norm, update skipped (%d in a row, %d in all)",
+                         step, consecutive_skips, prog.skips_total)
+                if consecutive_skips >= cfg.max_consecutive_skips and hw.precision != "fp16":
+                    log.close()
+                    raise DivergedError(
+                        f"{consecutive_skips} consecutive non-finite steps (last {step}): the run diverged. The "
+                        f"last good checkpoint in {rolling.root} is untouched; resume with a lower lr."
+                    )
+            optimizer.zero_grad(set_to_none=True)
+            prog.step += 1
+            prog.tokens += cfg.batch_size * cfg.model.seq_len
+            steps_since_log += 1
+
+            if prog.step % cfg.log_every == 0 or prog.step == end_step():
+                if hw.device.type == "cuda":
+                    torch.cuda.synchronize()
+                dt = time.perf_counter() - t_last
+                tok_s = steps_since_log * cfg.batch_size * cfg.model.seq_len / dt
+                mfu = (flops_per_step * steps_since_log / dt / (hw.peak_tflops * 1e12 * d.world)
+                       if hw.peak_tflops else None)
+                # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
+                log.step({"step": prog.step, "kind": "train", "loss": step_loss.item(), "lr": lr,
+                          "grad_norm": grad_norm.item(), "tok_per_s": tok_s, "mfu": mfu, "tokens": prog.tokens,
+                          "mem": memory_report(hw.device)})
+                t_last, steps_since_log = time.perf_counter(), 0
+
+            if prog.step % cfg.eval_every == 0:
+                run_eval()
+                losses = [e["heldout.loss"] for e in prog.evals]
+                if (rule and rule.auto and prog.anneal_start is None and prog.step >= rule.min_step
+                        and stalled(losses, rule.stall_window, rule.stall_eps)):
+                    prog.anneal_start, prog.anneal_reason = prog.step, "stall"
+                    log.info("auto-anneal: held-out loss stalled; the anneal starts at step %d "
+                             "(planned %d, bounds %d..%d)", prog.step, rule.planned_step, rule.min_step, rule.max_step)
+                if cfg.patience and prog.step >= cfg.patience_from_step:
+                    since = [e for e in prog.evals if e["step"] >= cfg.patience_from_step]
+                    best_at = min(range(len(since)), key=lambda i: since[i]["heldout.loss"])
+                    if len(since) - 1 - best_at >= cfg.patience:
+                        stop_reason = "early_stop"
+                        log.info("early stop: no held-out improvement in %d evals; best at step %d",
+                                 cfg.patience, since[best_at]["step"])
+                t_last = time.perf_counter()
+            if rule and prog.anneal_start is None and prog.step >= rule.max_step:
+                prog.anneal_start, prog.anneal_reason = rule.max_step, "cap"
+            if prog.step % cfg.ckpt_every == 0:
+                save()
+                t_last = time.perf_counter()
+            if distributed.any_rank(signals.requested is not None, d, hw.device):
+                stop_reason = "signal"
+            if stop_reason:
+                break
+
+    if stop_reason != "signal" and (not prog.evals or prog.evals[-1]["step"] != prog.step):
+        run_eval()
+    save()
+    summary = {"rank": d.rank, "step": prog.step, "tokens": prog.tokens, "stopped": stop_reason,
+               "resumed_from": str(path) if mode == "resume" else None, "mode": mode,
+               "anneal_start": prog.anneal_start, "anneal_reason": prog.anneal_reason,
+               "skips_total": prog.skips_total, "n_params": n_params,
+               "heldout": prog.evals[-1] if prog.evals else None, "best_loss": prog.best_loss}
+    if stop_reason == "signal":
+        log.info("stopped by %s at step %d; checkpoint saved, resume by running again", signals.requested, prog.step)
+    elif rule and prog.step == prog.anneal_start:
+        summary["pre_anneal"] = str(save(Path(rule.save_to)))
+        log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
+    else:
+        summary["final"] = str(save(out_dir / "final"))
+    log.close()
+    return summary
+
+
+def _restore(path: Path, state: dict, model, optimizer, scaler, device, rank: int, with_optimizer: bool) -> None:
+    checkpoint.load_weights(path, model)
+    if with_optimizer:
+        opt_state = checkpoint.load_optimizer(path, device)
+        optimizer.load_state_dict(opt_state["optimizer"])
+        scaler.load_state_dict(opt_state["scaler"])
+    rng = checkpoint.load_rng(path, rank)
+    if rng is not None:
+        checkpoint.set_rng_state(rng)
+
+
+def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet) -> None:
+    theirs, ours = state["config"]["model"], cfg.to_dict()["model"]
+    differ = [f"model.{k}" for k in sorted(ours) if theirs.get(k) != ours[k]]
+    if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
+        differ.append("tokenizer")
+    if differ:
+        raise checkpoint.CheckpointError(
+            f"refusing to branch from {path}: it was made with another {', '.join(differ)}. Re-run the "
+            f"pretrain-stable stage with the current tokenizer and model config."
+        )

@@ -1,0 +1,71 @@
+"""Rank 0's record of a run: one readable log line per step interval, the same as JSON lines in
+``metrics.jsonl``, a progress bar when interactive, and callbacks (MLflow, tests)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+log = logging.getLogger("lehr.train")
+Callback = Callable[[dict], None]
+
+
+def load_callbacks(specs: list[str]) -> list[Callback]:
+    """``module:factory`` strings -> callables; how the glue hooks in without the engine knowing it."""
+    out = []
+    for spec in specs:
+        module, _, name = spec.partition(":")
+        out.append(getattr(importlib.import_module(module), name)())
+    return out
+
+
+class RunLog:
+    def __init__(self, out_dir: Path, enabled: bool, start: int, end: int | None, callbacks: list[Callback]):
+        self.path = out_dir / "metrics.jsonl"
+        self.enabled, self.callbacks = enabled, callbacks
+        self.bar = None
+        if enabled:
+            self._truncate_after(start)
+            if sys.stderr.isatty():
+                self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
+
+    def _truncate_after(self, step: int) -> None:
+        """Drop records past the resume point: those steps are about to be trained again."""
+        if not self.path.is_file():
+            return
+        keep = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in keep))
+
+    def record(self, rec: dict) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        for cb in self.callbacks:
+            cb(rec)
+
+    def step(self, rec: dict) -> None:
+        if not self.enabled:
+            return
+        self.record(rec)
+        mfu = f"{rec['mfu']:.1%}" if rec.get("mfu") is not None else "n/a"
+        line = (f"step {rec['step']:>6} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | gnorm {rec['grad_norm']:.3f}"
+                f" | {rec['tok_per_s']:,.0f} tok/s | mfu {mfu} | mem {rec['mem']}")
+        if self.bar is not None:
+            self.bar.update(rec["step"] - self.bar.n)
+            self.bar.set_postfix_str(f"loss {rec['loss']:.3f}")
+        log.info(line)
+
+    def info(self, message: str, *args) -> None:
+        if self.enabled:
+            log.info(message, *args)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

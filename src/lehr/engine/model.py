@@ -1,0 +1,196 @@
+"""Decoder-only transformer: RoPE, RMSNorm, causal SDPA attention, SwiGLU, optional QK-norm.
+
+The layout follows Llama (rotate-half RoPE, pre-norm blocks, bias-free linears) so that weights
+map one-to-one onto a Hugging Face ``LlamaForCausalLM`` when ``qk_norm`` is off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int  # tokens; must equal the tokenizer's vocabulary size
+    seq_len: int  # context length in tokens
+    n_layer: int  # transformer blocks
+    n_head: int  # attention heads; d_model must be a multiple
+    d_model: int  # residual stream width
+    d_ff: int  # SwiGLU hidden width (per gate)
+    rope_theta: float = 10000.0  # RoPE base frequency
+    qk_norm: bool = False  # RMSNorm on queries and keys (stabilises high LRs; not in Llama)
+    tie_embeddings: bool = True  # output projection shares the token embedding
+    norm_eps: float = 1e-5
+    init_std: float = 0.02  # std of the normal init of every matrix
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_head:
+            raise ValueError(f"model.d_model = {self.d_model} is not a multiple of model.n_head = {self.n_head}")
+        if (self.d_model // self.n_head) % 2:
+            raise ValueError("model head size (d_model / n_head) must be even for RoPE")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+
+# vocab_size and seq_len of a preset are defaults; the run sets vocab_size from the tokenizer.
+PRESETS: dict[str, dict] = {
+    "tiny": dict(seq_len=64, n_layer=2, n_head=2, d_model=64, d_ff=176),
+    "cpu-demo": dict(seq_len=128, n_layer=4, n_head=4, d_model=256, d_ff=688),
+    "gpt2-small": dict(seq_len=1024, n_layer=12, n_head=12, d_model=768, d_ff=2048),
+}
+
+
+def preset(name: str, vocab_size: int, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)}
+    if unknown:
+        raise ValueError(f"unknown model field(s) {', '.join(sorted(unknown))}")
+    return ModelConfig(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def rope_tables(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    angles = torch.outer(torch.arange(cfg.seq_len, dtype=torch.float64), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = (p(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # SDPA picks flash / memory-efficient kernels on GPU and a fused CPU kernel otherwise.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init)
+        # Residual projections scaled by depth (GPT-2): keeps the residual stream's variance flat.
+        for name, p in self.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                nn.init.normal_(p, std=cfg.init_std / math.sqrt(2 * cfg.n_layer))
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        t = idx.shape[1]
+        if t > self.cfg.seq_len:
+            raise ValueError(f"input of {t} tokens exceeds model.seq_len = {self.cfg.seq_len}")
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        logits = self.lm_head(self.norm(x))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    def num_parameters(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.embed.weight.numel()
+        return n
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6 per weight (forward + backward matmuls) plus attention.
+
+        Attention scores and values cost 2 * 2 * seq_len * d_model per layer forward; times 3 for
+        forward + backward gives the 12 * L * T * d term (full, not causal-halved, as in PaLM's MFU).
+        """
+        cfg = self.cfg
+        matmul_weights = self.num_parameters(non_embedding=True)
+        if cfg.tie_embeddings:  # the tied output projection is a matmul even though it is "embedding"
+            matmul_weights += self.lm_head.weight.numel()
+        return 6 * matmul_weights + 12 * cfg.n_layer * cfg.seq_len * cfg.d_model
+
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int,
+                 generator: torch.Generator | None = None) -> Tensor:
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.cfg.seq_len:])
+            logits = logits[:, -1, :].float() / temperature
+            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+            logits[logits < kth] = -float("inf")
+            probs = torch.softmax(logits, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx

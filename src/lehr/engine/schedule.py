@@ -1,0 +1,40 @@
+"""Learning-rate schedules, stateless: the LR is a pure function of the step.
+
+* ``wsd`` (warmup-stable-decay): linear warmup to the peak, flat until ``anneal_start``, then a
+  decay of ``anneal_steps`` to ``min_lr`` with shape ``linear``, ``cosine`` or ``1-sqrt``. With
+  ``anneal_start=None`` the stable phase is open-ended (the decay start is decided later).
+* ``cosine``: linear warmup, then cosine from the peak to ``min_lr`` at ``total_steps``.
+"""
+
+from __future__ import annotations
+
+import math
+
+SHAPES = ("linear", "cosine", "1-sqrt")
+
+
+def decay_factor(progress: float, shape: str) -> float:
+    """1 at the start of the decay, 0 at its end; ``progress`` in [0, 1]."""
+    p = min(max(progress, 0.0), 1.0)
+    if shape == "linear":
+        return 1.0 - p
+    if shape == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * p))
+    if shape == "1-sqrt":
+        return 1.0 - math.sqrt(p)
+    raise ValueError(f"unknown decay shape {shape!r}; choose one of {', '.join(SHAPES)}")
+
+
+def lr_at(step: int, *, kind: str, lr: float, min_lr: float, warmup_steps: int, total_steps: int,
+          anneal_start: int | None, anneal_steps: int, shape: str) -> float:
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if kind == "cosine":
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return min_lr + (lr - min_lr) * decay_factor(progress, "cosine")
+    if kind != "wsd":
+        raise ValueError(f"unknown schedule {kind!r}; choose wsd or cosine")
+    if anneal_start is None or step < anneal_start:
+        return lr
+    progress = (step - anneal_start + 1) / max(1, anneal_steps)
+    return min_lr + (lr - min_lr) * decay_factor(progress, shape)
