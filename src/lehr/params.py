@@ -93,3 +93,121 @@ class ShardParams:
     def __post_init__(self) -> None:
         check_fields(self, "shard")
         require(self.shard_tokens > 0, "parameter shard.shard_tokens must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParams:
+    preset: str  # tiny | cpu-demo | gpt2-small
+    overrides: dict  # any ModelConfig field, e.g. {seq_len: 256, qk_norm: true}
+    vocab_size: int | None = None  # None = the tokenizer's; set it only to assert a value
+
+    def __post_init__(self) -> None:
+        check_fields(self, "pretrain.model")
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoAnnealParams:
+    enabled: bool  # start the decay when the held-out curve stalls, within the bounds below
+    min_fraction: float  # of total_steps: never start the decay earlier
+    max_fraction: float  # of total_steps: nor later (the stable phase may extend up to here)
+    stall_window: int  # evals compared, best of the newer half vs the older half
+    stall_eps: float  # nats per token; a smaller gain counts as a stall
+
+    def __post_init__(self) -> None:
+        check_fields(self, "pretrain.auto_anneal")
+        require(0 < self.min_fraction <= self.max_fraction < 1,
+                "pretrain.auto_anneal needs 0 < min_fraction <= max_fraction < 1")
+        require(self.stall_window >= 2, "pretrain.auto_anneal.stall_window must be at least 2")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchParams:
+    nproc_per_node: int  # processes on this machine; 1 = in-process
+    nnodes: int  # machines; more than 1 needs rdzv_endpoint reachable from all
+    node_rank: int
+    rdzv_endpoint: str  # host:port of the rendezvous on node 0
+    max_restarts: int  # torchrun restarts a failed group this often, resuming from the checkpoint
+
+    def __post_init__(self) -> None:
+        check_fields(self, "pretrain.launch")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainParams:
+    model: ModelParams
+    seed: int  # model init
+    data_seed: int  # training windows of the stable phase
+    batch_size: int  # sequences per optimizer step (all processes, all micro-batches)
+    micro_batch: int  # sequences per forward pass per process
+    stable_mix: dict  # tier -> sampling weight in the stable phase
+    lr: float  # peak learning rate
+    min_lr: float  # learning rate at the end of the decay
+    warmup_steps: int
+    weight_decay: float
+    grad_clip: float  # max global grad norm; 0 = off
+    schedule: typing.Literal["wsd", "cosine"]  # cosine = the baseline: one warmup + cosine over total_steps
+    total_steps: int  # nominal budget in optimizer steps, stable + anneal
+    decay_fraction: float  # of total_steps spent decaying; the planned anneal starts at 1 - this
+    auto_anneal: AutoAnnealParams
+    precision: typing.Literal["auto", "bf16", "fp16", "fp32"]
+    compile: bool  # torch.compile the training step (GPU)
+    device: typing.Literal["auto", "cpu", "cuda"]
+    log_every: int  # steps
+    eval_every: int  # steps
+    eval_windows: int  # fixed held-out windows per source at each eval
+    sample_tokens: int  # sampled at each eval; 0 = none
+    ckpt_every: int  # steps between rolling checkpoints
+    keep_last: int  # rolling checkpoints kept
+    max_consecutive_skips: int  # non-finite steps in a row before the run aborts
+    launch: LaunchParams
+
+    def __post_init__(self) -> None:
+        check_fields(self, "pretrain")
+        require(self.lr > 0, f"parameter pretrain.lr = {self.lr} must be positive")
+        require(0 <= self.min_lr <= self.lr, f"parameter pretrain.min_lr = {self.min_lr} must lie in [0, pretrain.lr]")
+        require(self.total_steps > 0, "parameter pretrain.total_steps must be positive")
+        require(0 < self.decay_fraction < 1, "parameter pretrain.decay_fraction must lie in (0, 1)")
+        for key in ("batch_size", "micro_batch", "log_every", "eval_every", "ckpt_every", "keep_last"):
+            require(getattr(self, key) > 0, f"parameter pretrain.{key} must be positive")
+
+    @property
+    def planned_anneal_step(self) -> int:
+        return int(round(self.total_steps * (1 - self.decay_fraction)))
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnealParams:
+    branch: str  # folder under data/06_models/anneal; "" = derived from these params
+    decay_steps: int  # decay length in steps; 0 = decay_fraction of pretrain.total_steps
+    decay_fraction: float  # used when decay_steps is 0
+    shape: typing.Literal["linear", "cosine", "1-sqrt"]
+    min_lr: float  # learning rate at the end of the decay
+    mix: list  # [[end_fraction, {tier: weight}], ...] phases over the decay; [[1.0, {gold: 1}]] = gold only
+    data_seed: int  # a fresh seed, so the anneal does not replay the stable windows
+    init_optimizer: bool  # carry AdamW moments over from pre_anneal
+    patience: int  # evals without a new best before an early stop; 0 = off
+    eval_every: int  # steps
+
+    def __post_init__(self) -> None:
+        check_fields(self, "anneal")
+        require(self.decay_steps >= 0, "parameter anneal.decay_steps must be >= 0")
+        require(0 < self.decay_fraction < 1, "parameter anneal.decay_fraction must lie in (0, 1)")
+        require(self.min_lr >= 0, "parameter anneal.min_lr must be >= 0")
+        require(bool(self.mix) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], dict)
+                                       for p in self.mix),
+                "parameter anneal.mix must be a list of [end_fraction, {tier: weight}] pairs")
+        require(self.branch == "" or self.branch.replace("-", "").replace("_", "").replace(".", "").isalnum(),
+                f"parameter anneal.branch = {self.branch!r} must be a plain folder name (letters, digits, - _ .)")
+        require(self.eval_every > 0, "parameter anneal.eval_every must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateParams:
+    branches: list[str]  # anneal branches to evaluate besides the current one; ["all"] = every branch
+    eval_windows: int  # held-out windows per source (more than during training: a final figure)
+    sample_prompt: str
+    sample_tokens: int
+
+    def __post_init__(self) -> None:
+        check_fields(self, "evaluate")
+        require(self.eval_windows > 0, "parameter evaluate.eval_windows must be positive")

@@ -1,8 +1,11 @@
 """Custom Kedro datasets for lehr's artifacts; each writes atomically (temp name, then rename)."""
 
+from lehr.datasets.branches_dataset import AnnealBranchesDataset
+from lehr.datasets.checkpoint_dataset import CheckpointDataset
 from lehr.datasets.corpus_dataset import CorpusDataset
+from lehr.datasets.path_dataset import RunDirDataset
 from lehr.datasets.shards_dataset import ShardsDataset
 from lehr.datasets.token_streams_dataset import TokenStreamsDataset
 from lehr.datasets.tokenizer_dataset import TokenizerDataset
 
-__all__ = ["CorpusDataset", "ShardsDataset", "TokenStreamsDataset", "TokenizerDataset"]
+__all__ = ["AnnealBranchesDataset", "CheckpointDataset", "CorpusDataset", "RunDirDataset", "ShardsDataset", "TokenStreamsDataset", "TokenizerDataset"]

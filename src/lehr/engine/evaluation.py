@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from lehr.engine.checkpoint import load_weights
 from lehr.engine.data import Source, eval_windows
 from lehr.engine.hardware import Hardware
+from lehr.engine.model import ModelConfig, Transformer
 
 LN2 = math.log(2)
 
@@ -81,3 +85,30 @@ def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, d
     out = model.generate(torch.tensor([ids], device=device), n_tokens, temperature=0.8, top_k=40, generator=gen)
     model.train(was_training)
     return tokenizer.decode(out[0].tolist())
+
+
+def load_model(path, device: torch.device) -> torch.nn.Module:
+    """A model rebuilt from a checkpoint's own config and weights, ready for evaluation."""
+    state = json.loads((Path(path) / "state.json").read_text())
+    model = Transformer(ModelConfig(**state["config"]["model"]))
+    load_weights(Path(path), model)
+    return model.to(device).eval()
+
+
+def unigram_bpb(train_sources: list[Source], held: HeldOut, vocab_size: int) -> dict[str, float]:
+    """Bits-per-byte of an add-one-smoothed unigram model of the training tokens: the floor any
+    language model must beat by a wide margin."""
+    counts = np.ones(vocab_size, dtype=np.float64)
+    for source in train_sources:
+        for shard in source.shards:
+            counts += np.bincount(shard, minlength=vocab_size)[:vocab_size]
+    nll = -np.log(counts / counts.sum())
+    out, nats_total, bytes_total = {}, 0.0, 0.0
+    for name, windows in held.windows.items():
+        targets = windows[:, 1:]
+        nats = float(nll[targets].sum())
+        out[f"{name}.bpb"] = nats / targets.size / LN2 / held.bytes_per_token[name]
+        nats_total += nats
+        bytes_total += targets.size * held.bytes_per_token[name]
+    out["heldout.bpb"] = nats_total / LN2 / bytes_total
+    return out

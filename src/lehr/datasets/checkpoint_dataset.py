@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kedro.io import AbstractDataset, DatasetError
+
+from lehr.atomic import fsync_dir
+
+
+def copy_dir_atomic(src: Path, dst: Path) -> None:
+    """Copy a folder so that ``dst`` is either the old folder or the complete new one."""
+    tmp = dst.with_name(f".tmp-{dst.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    swap_in(tmp, dst)
+
+
+def swap_in(tmp: Path, dst: Path) -> None:
+    """Move a complete folder ``tmp`` to ``dst``, replacing any old one only at the last moment."""
+    old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
+    fsync_dir(tmp)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    fsync_dir(dst.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class CheckpointDataset(AbstractDataset[Path, Path]):
+    """A named checkpoint folder such as ``pre_anneal``.
+
+    Saving takes the path of a checkpoint the engine wrote and copies it in atomically; loading
+    gives the path after checking the checkpoint is there and complete.
+    """
+
+    def __init__(self, path: str, produced_by: str = "an earlier stage"):
+        self._path = Path(path)
+        self._produced_by = produced_by
+
+    def load(self) -> Path:
+        state = self._path / "state.json"
+        if not state.is_file():
+            raise DatasetError(
+                f"checkpoint {self._path} does not exist: run {self._produced_by} first "
+                f"(`dvc repro {self._produced_by}`)"
+            )
+        try:
+            json.loads(state.read_text())
+        except json.JSONDecodeError:
+            raise DatasetError(f"{state} is corrupt: re-run {self._produced_by} (`dvc repro --force {self._produced_by}`)") from None
+        return self._path
+
+    def save(self, data: Path) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        copy_dir_atomic(Path(data), self._path)
+
+    def _exists(self) -> bool:
+        return (self._path / "state.json").is_file()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}

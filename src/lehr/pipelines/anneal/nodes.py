@@ -1,0 +1,30 @@
+"""anneal: branch from ``pre_anneal`` and decay the LR on the anneal mix, into a branch folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from lehr import provenance, tracking
+from lehr.engine import distributed
+from lehr.params import AnnealParams, PretrainParams
+from lehr.pipelines.pretrain_stable.nodes import launch_of, read_curve
+from lehr.run_config import anneal_config, branch_name
+
+
+def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams,
+                 anneal: AnnealParams) -> tuple[dict, dict]:
+    branch = branch_name(pretrain, anneal)
+    run_dir = anneal_runs / branch
+    cfg = anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, provenance.collect("anneal", shards))
+    summary = distributed.run(cfg.to_dict(), launch_of(pretrain), [tracking.CALLBACK], tracking.current_run_env())
+    return {"branch": branch, "run_dir": str(run_dir)}, {**summary, "branch": branch}
+
+
+def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:
+    heldout = summary["heldout"] or {}
+    metrics = {"branch": summary["branch"], "step": summary["step"], "tokens": summary["tokens"],
+               "stopped": summary["stopped"] or "end", "skipped_steps": summary["skips_total"],
+               "best_heldout_loss": summary["best_loss"], **{k: v for k, v in heldout.items() if "." in k}}
+    return metrics, read_curve(Path(summary["final"]).parent)

@@ -1,0 +1,5 @@
+"""evaluate stage."""
+
+from lehr.pipelines.evaluate.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]

@@ -1,0 +1,97 @@
+"""evaluate: held-out loss, perplexity and bits-per-byte of ``pre_anneal`` and anneal branches,
+per source, against a unigram baseline; curves and plots across stable + anneal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the PNG is for people without a display or internet
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+from tokenizers import Tokenizer
+
+from lehr.engine.data import ShardSet
+from lehr.engine.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
+from lehr.engine.hardware import resolve
+from lehr.params import AnnealParams, EvaluateParams, PretrainParams
+from lehr.run_config import branch_name
+
+
+def _nest(flat: dict[str, float]) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        source, metric = key.split(".", 1)
+        out.setdefault(source, {})[metric] = value
+    return out
+
+
+def chosen_branches(branches: dict[str, Path], pretrain: PretrainParams, anneal: AnnealParams,
+                    params: EvaluateParams) -> list[str]:
+    current = branch_name(pretrain, anneal)
+    wanted = sorted(branches) if params.branches == ["all"] else [current, *params.branches]
+    missing = [b for b in wanted if b not in branches]
+    if missing:
+        raise ValueError(
+            f"unknown anneal branch(es) {', '.join(missing)}; the branches are: {', '.join(sorted(branches)) or 'none'}. "
+            f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
+        )
+    return list(dict.fromkeys(wanted))
+
+
+def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], pretrain: PretrainParams,
+                    anneal: AnnealParams, params: EvaluateParams) -> tuple[dict, str]:
+    names = chosen_branches(branches, pretrain, anneal, params)
+    hw = resolve(pretrain.device, pretrain.precision, None)
+    models = {"pre_anneal": pre_anneal, **{f"branches.{b}": branches[b] / "final" for b in names}}
+    first = load_model(pre_anneal, hw.device)
+    shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
+    held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
+    tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
+    metrics: dict = {"unigram": _nest(unigram_bpb(
+        [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size))}
+    samples = []
+    for name, path in models.items():
+        model = load_model(path, hw.device)
+        with torch.no_grad():
+            result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
+        node = metrics
+        for part in name.split("."):
+            node = node.setdefault(part, {})
+        node.update(_nest(result))
+        text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
+        samples.append(f"=== {name} ===\n{text}\n")
+    current = branch_name(pretrain, anneal)
+    metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
+    metrics["anneal_gain"] = {
+        key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
+        for key in metrics["pre_anneal"]}
+    return metrics, "\n".join(samples)
+
+
+def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple[pd.DataFrame, plt.Figure]:
+    """Train loss, held-out loss and LR across stable + anneal, as a table (DVC plots) and a PNG."""
+    curves = pd.concat([stable_curve.assign(phase="stable"), anneal_curve.assign(phase="anneal")], ignore_index=True)
+    keep = [c for c in ("step", "phase", "kind", "loss", "lr", "grad_norm", "tok_per_s", "heldout.loss",
+                        "heldout.bpb") if c in curves.columns]
+    curves = curves[keep].sort_values(["step", "kind"]).reset_index(drop=True)
+    fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=[3, 1])
+    for phase, style in (("stable", "-"), ("anneal", "-")):
+        part = curves[curves.phase == phase]
+        train, ev = part[part.kind == "train"], part[part.kind == "eval"]
+        ax_loss.plot(train.step, train.loss, style, alpha=0.6, label=f"train loss ({phase})")
+        ax_loss.plot(ev.step, ev["heldout.loss"], "o-", label=f"held-out loss ({phase})")
+        ax_lr.plot(train.step, train.lr, style, label=phase)
+    start = anneal_curve.step.min() if len(anneal_curve) else None
+    if start is not None:
+        for ax in (ax_loss, ax_lr):
+            ax.axvline(start, color="grey", linestyle=":", linewidth=1)
+    ax_loss.set_ylabel("loss (nats/token)")
+    ax_loss.legend()
+    ax_loss.set_title("lehr: stable phase and anneal")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel("optimizer step")
+    fig.tight_layout()
+    return curves, fig

@@ -1,0 +1,76 @@
+"""Stage params -> the engine's ``TrainConfig``: the one place Kedro params meet the engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from lehr.engine.config import StopRule, TrainConfig
+from lehr.engine.model import ModelConfig, preset
+from lehr.params import AnnealParams, PretrainParams
+
+
+def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
+    vocab = manifest["tokenizer"]["vocab_size"]
+    if p.model.vocab_size is not None and p.model.vocab_size != vocab:
+        raise ValueError(
+            f"vocab mismatch: pretrain.model.vocab_size = {p.model.vocab_size} but the tokenizer of the shards "
+            f"in {manifest['root']} has {vocab} tokens. Remove pretrain.model.vocab_size (it defaults to the "
+            f"tokenizer's) or re-run tokenize with tokenize.vocab_size: {p.model.vocab_size}."
+        )
+    return preset(p.model.preset, vocab, **p.model.overrides)
+
+
+def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) -> dict:
+    return dict(
+        model=model_config(p, manifest), shards=manifest["root"], out_dir=str(out_dir), seed=p.seed,
+        batch_size=p.batch_size, micro_batch=p.micro_batch, stable_mix=p.stable_mix, lr=p.lr,
+        warmup_steps=p.warmup_steps, weight_decay=p.weight_decay, grad_clip=p.grad_clip, schedule=p.schedule,
+        total_steps=p.total_steps, precision=p.precision, compile=p.compile, device=p.device,
+        log_every=p.log_every, eval_windows=p.eval_windows, sample_tokens=p.sample_tokens,
+        ckpt_every=p.ckpt_every, keep_last=p.keep_last, max_consecutive_skips=p.max_consecutive_skips,
+        provenance=provenance,
+    )
+
+
+def stable_config(p: PretrainParams, manifest: dict, run_dir: Path, provenance: dict) -> TrainConfig:
+    """Warmup + stable LR until the anneal start (planned, or decided by auto-anneal)."""
+    aa = p.auto_anneal
+    rule = StopRule(
+        planned_step=p.planned_anneal_step,
+        min_step=int(p.total_steps * aa.min_fraction), max_step=int(p.total_steps * aa.max_fraction),
+        auto=aa.enabled and p.schedule == "wsd",  # the cosine baseline stops where planned: equal tokens
+        stall_window=aa.stall_window, stall_eps=aa.stall_eps, save_to=str(run_dir / "pre_anneal"),
+    )
+    return TrainConfig(**_shared(p, manifest, run_dir, provenance), data_seed=p.data_seed, min_lr=p.min_lr,
+                       eval_every=p.eval_every, stop_rule=rule)
+
+
+def decay_steps(p: PretrainParams, a: AnnealParams) -> int:
+    return a.decay_steps or max(1, round(a.decay_fraction * p.total_steps))
+
+
+def branch_name(p: PretrainParams, a: AnnealParams) -> str:
+    """``anneal.branch``, or a name derived from the params that shape the anneal."""
+    if a.branch:
+        return a.branch
+    shaping = {k: v for k, v in vars(a).items() if k != "branch"} | {"schedule": p.schedule}
+    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:6]
+    kind = "cosine" if p.schedule == "cosine" else a.shape
+    return f"{kind}-{decay_steps(p, a)}-{digest}"
+
+
+def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal: Path, run_dir: Path,
+                  provenance: dict) -> TrainConfig:
+    """Branch from ``pre_anneal`` and decay (WSD) or finish the cosine (baseline) on the anneal mix."""
+    start = json.loads((pre_anneal / "state.json").read_text())["progress"]["step"]
+    length = decay_steps(p, a)
+    # The cosine baseline spends exactly the nominal budget, like WSD's planned stable + decay.
+    end = p.total_steps if p.schedule == "cosine" else start + length
+    return TrainConfig(
+        **_shared(p, manifest, run_dir, provenance), data_seed=a.data_seed, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr,
+        anneal_mix=a.mix, anneal_start=start, anneal_steps=end - start, decay_shape=a.shape, end_step=end,
+        init_from=str(pre_anneal), init_optimizer=a.init_optimizer, eval_every=a.eval_every,
+        patience=a.patience, patience_from_step=start + (end - start) // 2,
+    )
