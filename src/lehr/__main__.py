@@ -1,12 +1,16 @@
 """``python -m lehr``: small commands around the pipeline (Kedro runs the stages themselves).
 
-    python -m lehr corpus [--out data/01_raw/corpus]   lay out the bundled corpus
+    python -m lehr corpus [--out DIR]       lay out the bundled corpus in the raw layer
+    python -m lehr branches [--root DIR]    list the anneal branches side by side
+    python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from lehr.corpus import CorpusError
 
@@ -14,10 +18,59 @@ from lehr.corpus import CorpusError
 def _corpus(args: argparse.Namespace) -> int:
     from lehr.bundled_corpus import build
 
-    counts = build(args.out)
-    for stream, n in counts.items():
+    for stream, n in build(args.out).items():
         print(f"{stream:20s} {n:6d} documents")
     print(f"bundled corpus written to {args.out}")
+    return 0
+
+
+def _state(checkpoint: Path) -> dict:
+    path = checkpoint / "state.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{checkpoint} is not a checkpoint (no state.json)")
+    return json.loads(path.read_text())
+
+
+def _last_eval(state: dict) -> dict:
+    evals = state["progress"]["evals"]
+    return evals[-1] if evals else {}
+
+
+def _branches(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    rows = [p for p in sorted(root.glob("*")) if (p / "final" / "state.json").is_file()] if root.is_dir() else []
+    if not rows:
+        print(f"no anneal branches in {root}; make one with `kedro run --pipeline anneal --params anneal.branch=NAME`")
+        return 0
+    print(f"{'branch':28s} {'step':>6s} {'tokens':>11s} {'heldout.bpb':>12s} {'best loss':>10s}")
+    for p in rows:
+        state = _state(p / "final")
+        ev, prog = _last_eval(state), state["progress"]
+        print(f"{p.name:28s} {prog['step']:6d} {prog['tokens']:11,d} {ev.get('heldout.bpb', float('nan')):12.4f} "
+              f"{prog.get('best_loss') or float('nan'):10.4f}")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    state = _state(Path(args.checkpoint))
+    prov, prog, ev = state.get("provenance", {}), state["progress"], _last_eval(state)
+    lines = {
+        "checkpoint": args.checkpoint,
+        "git commit": f"{prov.get('git_commit', 'unknown')}{' (dirty)' if prov.get('git_dirty') else ''}",
+        "stage": prov.get("stage", "?"),
+        "step": prog["step"], "tokens seen": f"{prog['tokens']:,}",
+        "config hash": state["math_hash"], "data manifest sha256": state["manifest_sha256"],
+        "tokenizer sha256": state["tokenizer_sha256"], "world size": state["world_size"],
+        "device": state["device"], "torch": state["torch"], "cuda": state["cuda"],
+        "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
+    }
+    lines.update({f"held-out {k}": f"{v:.4f}" for k, v in ev.items() if k.startswith("heldout.")})
+    lines.update({f"dvc.lock {path}": digest for path, digest in prov.get("dvc_lock", {}).items()})
+    width = max(map(len, lines))
+    for key, value in lines.items():
+        print(f"{key:{width}s}  {value}")
+    if args.config:
+        print(json.dumps(state["config"], indent=1))
     return 0
 
 
@@ -27,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("corpus", help="lay out the bundled corpus in the raw layer")
     p.add_argument("--out", default="data/01_raw/corpus")
     p.set_defaults(func=_corpus)
+    p = sub.add_parser("branches", help="list the anneal branches")
+    p.add_argument("--root", default="data/06_models/anneal")
+    p.set_defaults(func=_branches)
+    p = sub.add_parser("info", help="provenance, progress and metrics of a checkpoint")
+    p.add_argument("checkpoint")
+    p.add_argument("--config", action="store_true", help="also print the full resolved config")
+    p.set_defaults(func=_info)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -265,7 +265,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     if stop_reason != "signal" and (not prog.evals or prog.evals[-1]["step"] != prog.step):
         run_eval()
     save()
-    summary = {"rank": d.rank, "step": prog.step, "tokens": prog.tokens, "stopped": stop_reason,
+    summary = {"rank": d.rank, "out_dir": str(out_dir), "step": prog.step, "tokens": prog.tokens, "stopped": stop_reason,
                "resumed_from": str(path) if mode == "resume" else None, "mode": mode,
                "anneal_start": prog.anneal_start, "anneal_reason": prog.anneal_reason,
                "skips_total": prog.skips_total, "n_params": n_params,

@@ -43,7 +43,7 @@ class ModelConfig:
 # vocab_size and seq_len of a preset are defaults; the run sets vocab_size from the tokenizer.
 PRESETS: dict[str, dict] = {
     "tiny": dict(seq_len=64, n_layer=2, n_head=2, d_model=64, d_ff=176),
-    "cpu-demo": dict(seq_len=128, n_layer=4, n_head=4, d_model=256, d_ff=688),
+    "cpu-demo": dict(seq_len=128, n_layer=4, n_head=4, d_model=192, d_ff=512),
     "gpt2-small": dict(seq_len=1024, n_layer=12, n_head=12, d_model=768, d_ff=2048),
 }
 

@@ -17,7 +17,7 @@ def launch_of(p: PretrainParams) -> distributed.Launch:
 
 
 def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[Path, dict]:
-    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain-stable", shards))
+    cfg = stable_config(params, shards, run_dir / params.run_name, provenance.collect("pretrain-stable", shards))
     summary = distributed.run(cfg.to_dict(), launch_of(params), [tracking.CALLBACK], tracking.current_run_env())
     return Path(summary["pre_anneal"]), summary
 
@@ -28,9 +28,9 @@ def read_curve(run_dir: Path) -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])
 
 
-def summarize_stable(summary: dict, run_dir: Path) -> tuple[dict, pd.DataFrame]:
+def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
     heldout = summary["heldout"] or {}
     metrics = {"step": summary["step"], "tokens": summary["tokens"], "anneal_start": summary["anneal_start"],
                "anneal_reason": summary["anneal_reason"], "skipped_steps": summary["skips_total"],
                "n_params": summary["n_params"], **{k: v for k, v in heldout.items() if "." in k}}
-    return metrics, read_curve(run_dir)
+    return metrics, read_curve(Path(summary["out_dir"]))

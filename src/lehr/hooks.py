@@ -1,0 +1,127 @@
+"""MLflow tracking as one small Kedro hook: one run per stage run, tagged with where it came from.
+
+Why not kedro-mlflow: lehr's params are frozen dataclasses, which it logs as opaque strings; the
+runs must carry provenance tags and a group tag for the `dvc repro` / `dvc exp run` that caused
+them; and torchrun workers log into the run by id. This hook does exactly that, and imports
+MLflow only when a pipeline starts, so other `kedro` commands stay fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+from kedro.framework.hooks import hook_impl
+
+log = logging.getLogger(__name__)
+REPORTS = Path("data/08_reporting")
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = str(v)[:6000]
+    return out
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+class MlflowTracking:
+    def __init__(self):
+        self._run = None
+        self._settings: dict = {}
+        self._params: dict = {}
+        self._env = "local"
+
+    @hook_impl
+    def after_context_created(self, context) -> None:
+        self._settings = context.config_loader["mlflow"] if "mlflow" in context.config_loader else {}
+        self._params = context.params
+        self._env = context.env
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:
+        if not self._settings.get("enabled", True) or os.environ.get("LEHR_MLFLOW", "1") == "0":
+            return
+        import mlflow
+
+        from lehr import provenance
+
+        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", self._settings.get("tracking_uri", "sqlite:///mlflow.db")))
+        mlflow.set_experiment(self._settings.get("experiment", "lehr"))
+        names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
+        stage = ",".join(names)
+        # One dvc repro / dvc exp run spawns one process per stage; the experiment name (set by DVC
+        # for `dvc exp run`) or the git commit groups the stage runs it caused.
+        exp_name = os.environ.get("DVC_EXP_NAME", "")
+        git = provenance.git_info()
+        group = exp_name or f"workspace@{git['git_commit'][:12]}"
+        self._run = mlflow.start_run(run_name=f"{stage} ({group})")
+        manifest = Path("data/04_feature/shards/manifest.json")
+        tags = {
+            "lehr.stage": stage, "lehr.group": group, "lehr.kedro_env": self._env, "dvc.exp_name": exp_name,
+            "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""), **{k: str(v) for k, v in git.items()},
+            "data.manifest_sha256": _file_sha256(manifest),
+            "data.tokenizer_sha256": _file_sha256(Path("data/02_intermediate/tokenizer.json")),
+        }
+        for dvc_stage in ("tokenize", "shard", "pretrain-stable", "anneal", "evaluate"):
+            for path, digest in provenance.dvc_lock_hashes(dvc_stage).items():
+                tags[f"dvc.lock.{path}"] = digest
+        import torch
+
+        tags.update({"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                     "device": "cuda" if torch.cuda.is_available() else "cpu"})
+        mlflow.set_tags(tags)
+        wanted = {k: v for k, v in self._params.items() if k in _PARAM_SECTIONS.get(stage, _PARAM_SECTIONS["all"])}
+        mlflow.log_params(flatten(wanted))
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict, run_result, pipeline, catalog) -> None:
+        if self._run is None:
+            return
+        import mlflow
+
+        for dataset in pipeline.all_outputs():
+            path = _path_of(catalog, dataset)
+            if path is None:
+                continue
+            if path.is_file() and path.suffix in (".json", ".png", ".txt", ".csv") and path.stat().st_size < 20 << 20:
+                mlflow.log_artifact(str(path), artifact_path="reports")
+            elif path.is_dir():  # checkpoints and shards live in DVC: MLflow gets their path and hash
+                weights = next(path.rglob("model.safetensors"), None) or path / "manifest.json"
+                mlflow.set_tag(f"artifact.{dataset}", f"{path} sha256:{_file_sha256(weights)[:16]}")
+        mlflow.end_run("FINISHED")
+        self._run = None
+
+    @hook_impl
+    def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
+        if self._run is None:
+            return
+        import mlflow
+
+        mlflow.set_tag("lehr.error", str(error)[:5000])
+        mlflow.end_run("FAILED")
+        self._run = None
+
+
+_PARAM_SECTIONS = {
+    "tokenize": {"tokenize"}, "shard": {"shard"}, "pretrain_stable": {"pretrain"},
+    "anneal": {"pretrain", "anneal"}, "evaluate": {"pretrain", "anneal", "evaluate"},
+    "all": {"tokenize", "shard", "pretrain", "anneal", "evaluate"},
+}
+
+
+def _path_of(catalog, name: str) -> Path | None:
+    try:
+        described = catalog.get(name)._describe()
+    except Exception:  # memory datasets and the like have no file
+        return None
+    raw = described.get("path") or described.get("filepath")
+    return Path(str(raw)) if raw else None

@@ -1,0 +1,64 @@
+"""Shared fixtures: a small real corpus, its tokenizer and shards, and tiny training configs.
+
+Run everything with ``make test``; ``pytest -m "not slow"`` skips the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from lehr.bundled_corpus import build
+from lehr.corpus import Corpus
+from lehr.datasets import ShardsDataset, TokenizerDataset, TokenStreamsDataset
+from lehr.engine.config import TrainConfig
+from lehr.engine.model import preset
+from lehr.params import ShardParams, TokenizeParams
+from lehr.pipelines.shard.nodes import shard_streams
+from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMOKE_TOKENIZE = dict(vocab_size=512, special_tokens=["<|endoftext|>"], train_sample_bytes=200_000,
+                      min_frequency=2, batch_size=256, max_bytes_per_stream=120_000, on_decode_error="error")
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corpus") / "corpus"
+    build(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smoke_shards(tmp_path_factory, corpus_dir) -> Path:
+    """Tokenizer + shards of ~120 KB per stream, built with the stage nodes themselves."""
+    root = tmp_path_factory.mktemp("data")
+    corpus = Corpus(corpus_dir)
+    params = TokenizeParams(**SMOKE_TOKENIZE)
+    tok = train_tokenizer(corpus, params)
+    TokenizerDataset(str(root / "tokenizer.json")).save(tok)
+    streams = encode_corpus(corpus, tok, params)
+    TokenStreamsDataset(str(root / "tokens")).save(streams)
+    ShardsDataset(str(root / "shards")).save(shard_streams(streams, tok, ShardParams(shard_tokens=4096)))
+    return root / "shards"
+
+
+@pytest.fixture
+def tiny_config(smoke_shards, tmp_path):
+    """A factory of tiny-model configs (0.13M params, 8 x 64 tokens per step) writing under tmp_path."""
+
+    def make(**overrides) -> TrainConfig:
+        base = dict(model=preset("tiny", 512), shards=str(smoke_shards), out_dir=str(tmp_path / "run"), seed=0,
+                    data_seed=1, batch_size=8, micro_batch=4, stable_mix={"gold": 1.0, "silver": 1.0},
+                    total_steps=40, warmup_steps=5, eval_every=10, ckpt_every=10, log_every=5, eval_windows=4,
+                    sample_tokens=0)
+        return TrainConfig(**{**base, **overrides})
+
+    return make
+
+
+def as_dict(cfg: TrainConfig) -> dict:
+    return dataclasses.asdict(cfg)

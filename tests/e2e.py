@@ -1,0 +1,58 @@
+"""Helpers for end-to-end tests: a throwaway copy of the project as its own git + DVC repo."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", "conf", "src")
+
+
+def env() -> dict[str, str]:
+    bin_dir = str(Path(os.sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KEDRO_DISABLE_TELEMETRY": "1",
+            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PYTHONWARNINGS": "ignore"}
+
+
+def sh(repo: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=repo, env=env(), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def make_repo(dest: Path, corpus: Path, profile: str = "smoke") -> Path:
+    dest.mkdir(parents=True)
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local"))
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / "conf" / "local").mkdir(exist_ok=True)
+    (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
+    shutil.copy2(ROOT / ".gitignore", dest / ".gitignore")
+    shutil.copytree(corpus, dest / "data" / "01_raw" / "corpus")
+    sh(dest, "git", "init", "-q")
+    sh(dest, "dvc", "init", "-q")
+    sh(dest, "git", "add", "-A")
+    sh(dest, "git", "commit", "-qm", "init")
+    return dest
+
+
+def dir_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def stages_run(output: str) -> list[str]:
+    return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]

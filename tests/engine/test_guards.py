@@ -1,0 +1,38 @@
+"""Non-finite steps are skipped (optimizer untouched) and N in a row abort, leaving the last good
+checkpoint as it was; the config validates its own values."""
+
+from __future__ import annotations
+
+import pytest
+
+from lehr.engine.checkpoint import Rolling
+from lehr.engine.loop import FAULT_ENV, DivergedError, train
+
+
+def test_a_non_finite_step_is_skipped_and_counted(tiny_config, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "7")
+    summary = train(tiny_config(total_steps=12))
+    assert summary["skips_total"] == 1 and summary["step"] == 12
+
+
+def test_consecutive_non_finite_steps_abort_and_keep_the_last_checkpoint(tiny_config, tmp_path, monkeypatch):
+    train(tiny_config(end_step=10))
+    rolling = Rolling(tmp_path / "run" / "checkpoints", keep_last=2)
+    before = {p.name: p.read_bytes() for p in rolling.latest_valid()[0].iterdir()}
+    monkeypatch.setenv(FAULT_ENV, ",".join(str(s) for s in range(12, 20)))
+    with pytest.raises(DivergedError, match="3 consecutive non-finite steps.*untouched"):
+        train(tiny_config(max_consecutive_skips=3))
+    path, state = rolling.latest_valid()
+    assert path.name == "step_00000010"
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lr": 0.0}, "lr must be positive"),
+    ({"lr": -1e-3}, "lr must be positive"),
+    ({"batch_size": 6, "micro_batch": 4}, "batch_size 6 is not a multiple of micro_batch 4"),
+    ({"decay_shape": "sqrt"}, "decay_shape must be one of"),
+])
+def test_config_rejects_bad_values(tiny_config, change, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**change)

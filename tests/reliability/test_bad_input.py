@@ -1,0 +1,128 @@
+"""Bad input at every stage: a non-zero exit, a message that names the problem and the fix, and
+no earlier artifact changed. The README's bad-input table lists the same cases."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.e2e import dir_hash, make_repo, sh
+
+pytestmark = pytest.mark.slow
+
+GUARDED = ("data/02_intermediate", "data/03_primary", "data/04_feature", "data/06_models")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, corpus_dir):
+    path = make_repo(tmp_path_factory.mktemp("bad") / "repo", corpus_dir)
+    for stage in ("tokenize", "shard", "pretrain-stable"):
+        sh(path, "dvc", "repro", stage)
+    return path
+
+
+def snapshot(repo):
+    return {d: dir_hash(repo / d) for d in GUARDED if (repo / d).exists()}
+
+
+def kedro(repo, pipeline, *params):
+    args = ["kedro", "run", "--pipeline", pipeline, "--env", "smoke"]
+    if params:
+        args += ["--params", ",".join(params)]
+    return sh(repo, *args, check=False)
+
+
+CASES = [
+    ("unknown param key", "tokenize", ["tokenize.vocab_sise=300"], "vocab_sise"),
+    ("wrong param type", "tokenize", ["tokenize.vocab_size=big"], "tokenize.vocab_size = 'big' has the wrong type"),
+    ("vocab size out of range", "tokenize", ["tokenize.vocab_size=100"], "tokenize.vocab_size = 100 is out of range"),
+    ("shard larger than the data", "shard", ["shard.shard_tokens=100000000"], "is larger than the data"),
+    ("zero learning rate", "pretrain_stable", ["pretrain.lr=0.0"], "pretrain.lr = 0.0 must be positive"),
+    ("negative learning rate", "pretrain_stable", ["pretrain.lr=-0.001"], "pretrain.lr = -0.001 must be positive"),
+    ("vocab mismatch", "pretrain_stable", ["pretrain.model.vocab_size=1000"], "vocab mismatch: pretrain.model.vocab_size = 1000"),
+    ("sequence longer than a shard", "pretrain_stable", ["pretrain.model.overrides.seq_len=9000"],
+     "model.seq_len = 9000 is longer than every shard"),
+    ("more processes than devices", "pretrain_stable", ["pretrain.launch.nproc_per_node=512"], "exceeds the"),
+    ("config drift on resume", "pretrain_stable", ["pretrain.weight_decay=0.3"], "weight_decay differ"),
+    ("unknown anneal branch", "evaluate", ["evaluate.branches=[nope]"], "unknown anneal branch(es) nope"),
+]
+
+
+@pytest.mark.parametrize("name, pipeline, params, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_param_is_refused_and_nothing_changes(repo, name, pipeline, params, message):
+    before = snapshot(repo)
+    if name == "config drift on resume":  # make a checkpoint to drift from: stop the stable run early
+        shutil.rmtree(repo / "data/06_models/stable_run", ignore_errors=True)
+        sh(repo, "kedro", "run", "--pipeline", "pretrain_stable", "--env", "smoke", "--params", "pretrain.run_name=drift")
+        before = snapshot(repo)
+        params = [*params, "pretrain.run_name=drift"]
+    out = kedro(repo, pipeline, *params)
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert message in out.stderr, out.stderr[-3000:]
+    assert snapshot(repo) == before
+
+
+def test_empty_corpus(repo, tmp_path):
+    before = snapshot(repo)
+    moved = tmp_path / "corpus"
+    shutil.move(repo / "data/01_raw/corpus", moved)
+    (repo / "data/01_raw/corpus/gold").mkdir(parents=True)
+    try:
+        out = kedro(repo, "tokenize")
+    finally:
+        shutil.rmtree(repo / "data/01_raw/corpus")
+        shutil.move(moved, repo / "data/01_raw/corpus")
+    assert out.returncode != 0 and "holds no .txt, .jsonl or .parquet files" in out.stderr
+    assert snapshot(repo) == before
+
+
+def test_non_utf8_file(repo):
+    before = snapshot(repo)
+    bad = repo / "data/01_raw/corpus/gold/broken.txt"
+    bad.write_bytes(b"caf\xe9 au lait")
+    try:
+        out = kedro(repo, "tokenize")
+    finally:
+        bad.unlink()
+    assert out.returncode != 0
+    assert "broken.txt: not valid UTF-8 at byte offset 3" in out.stderr
+    assert snapshot(repo) == before
+
+
+def test_corrupted_manifest(repo):
+    manifest = repo / "data/04_feature/shards/manifest.json"
+    good = manifest.read_bytes()
+    manifest.write_bytes(good[: len(good) // 2])
+    before = snapshot(repo)
+    try:
+        out = kedro(repo, "pretrain_stable")
+    finally:
+        manifest.write_bytes(good)
+    assert out.returncode != 0 and "manifest.json is corrupt" in out.stderr
+    assert snapshot(repo) == before
+
+
+def test_missing_tokenizer(repo, tmp_path):
+    tok = repo / "data/02_intermediate/tokenizer.json"
+    shutil.move(tok, tmp_path / "tokenizer.json")
+    before = snapshot(repo)
+    try:
+        out = kedro(repo, "shard")
+    finally:
+        shutil.move(tmp_path / "tokenizer.json", tok)
+    assert out.returncode != 0 and "tokenizer.json is missing: run the tokenize stage first" in out.stderr
+    assert snapshot(repo) == before
+
+
+def test_anneal_without_pre_anneal(repo, tmp_path):
+    pre = repo / "data/06_models/pre_anneal"
+    shutil.move(pre, tmp_path / "pre_anneal")
+    before = snapshot(repo)
+    try:
+        out = kedro(repo, "anneal")
+    finally:
+        shutil.move(tmp_path / "pre_anneal", pre)
+    assert out.returncode != 0
+    assert "pre_anneal does not exist: run pretrain-stable first" in out.stderr
+    assert snapshot(repo) == before

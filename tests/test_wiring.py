@@ -1,0 +1,78 @@
+"""dvc.yaml and the Kedro catalog/params agree: every stage's outs and deps are catalog paths,
+every params key a stage lists exists, and each smoke override names real keys."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from kedro.framework.startup import bootstrap_project
+
+from tests.conftest import ROOT
+
+DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+CATALOG = yaml.safe_load((ROOT / "conf/base/catalog.yml").read_text())
+PATHS = {name: entry.get("path") or entry.get("filepath") for name, entry in CATALOG.items()}
+
+
+def _entries(items):
+    for item in items or []:
+        yield (next(iter(item)), item[next(iter(item))]) if isinstance(item, dict) else (item, {})
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    bootstrap_project(ROOT)
+    from lehr.pipeline_registry import register_pipelines
+
+    return register_pipelines()
+
+
+def test_every_stage_runs_its_kedro_pipeline(pipelines):
+    for stage, spec in DVC["stages"].items():
+        assert spec["cmd"].startswith(f"kedro run --pipelines {stage.replace('-', '_')} ")
+        assert stage.replace("-", "_") in pipelines
+
+
+def test_outs_and_data_deps_are_catalog_paths():
+    catalog_paths = set(PATHS.values())
+    for stage, spec in DVC["stages"].items():
+        for key in ("outs", "metrics", "plots"):
+            for path, _ in _entries(spec.get(key)):
+                assert path in catalog_paths, f"{stage}: {key} {path} is not a catalog path"
+        for dep in spec.get("deps", []):
+            if dep.startswith("data/"):
+                assert dep in catalog_paths, f"{stage}: dep {dep} is not a catalog path"
+
+
+def test_every_catalog_output_is_a_dvc_out(pipelines):
+    declared = {p for spec in DVC["stages"].values() for key in ("outs", "metrics", "plots")
+                for p, _ in _entries(spec.get(key))}
+    for stage in DVC["stages"]:
+        for output in pipelines[stage.replace("-", "_")].outputs():
+            if output in PATHS:
+                assert PATHS[output] in declared, f"{output} ({PATHS[output]}) is written but not a DVC out"
+
+
+def test_stage_inputs_are_its_deps(pipelines):
+    for stage, spec in DVC["stages"].items():
+        deps = set(spec.get("deps", []))
+        for name in pipelines[stage.replace("-", "_")].inputs():
+            if name in PATHS and not CATALOG[name]["type"].endswith("RunDirDataset"):
+                assert PATHS[name] in deps, f"{stage} reads {name} ({PATHS[name]}) but does not depend on it"
+
+
+def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
+    def keys(d, prefix=""):
+        for k, v in d.items():
+            yield prefix + k
+            if isinstance(v, dict) and k not in ("stable_mix", "overrides"):
+                yield from keys(v, prefix + k + ".")
+
+    for stage, spec in DVC["stages"].items():
+        for path, names in _entries(spec.get("params")):
+            values = yaml.safe_load((ROOT / path).read_text())
+            for name in names:
+                assert name in values, f"{stage}: {path} has no key {name}"
+    for smoke in (ROOT / "conf/smoke").glob("parameters_*.yml"):
+        base = yaml.safe_load((ROOT / "conf/base" / smoke.name).read_text())
+        assert set(keys(yaml.safe_load(smoke.read_text()))) <= set(keys(base)), smoke.name
