@@ -10,14 +10,16 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", "conf", "src")
+COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".telemetry", "conf", "src")
 
 
 def env() -> dict[str, str]:
     bin_dir = str(Path(os.sys.executable).parent)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KEDRO_DISABLE_TELEMETRY": "1",
             "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PYTHONWARNINGS": "ignore"}
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PYTHONWARNINGS": "ignore",
+            # MLflow costs ~6 s per stage run; tests/test_tracking.py turns it back on.
+            "LEHR_MLFLOW": os.environ.get("LEHR_MLFLOW", "0")}
 
 
 def sh(repo: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ GUARDED = ("data/02_intermediate", "data/03_primary", "data/04_feature", "data/0
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, corpus_dir):
     path = make_repo(tmp_path_factory.mktemp("bad") / "repo", corpus_dir)
-    for stage in ("tokenize", "shard", "pretrain-stable"):
+    for stage in ("tokenize", "shard", "pretrain-stable", "anneal"):
         sh(path, "dvc", "repro", stage)
     return path
 
@@ -93,8 +93,8 @@ def test_non_utf8_file(repo):
 def test_corrupted_manifest(repo):
     manifest = repo / "data/04_feature/shards/manifest.json"
     good = manifest.read_bytes()
-    manifest.write_bytes(good[: len(good) // 2])
     before = snapshot(repo)
+    manifest.write_bytes(good[: len(good) // 2])
     try:
         out = kedro(repo, "pretrain_stable")
     finally:
@@ -105,8 +105,8 @@ def test_corrupted_manifest(repo):
 
 def test_missing_tokenizer(repo, tmp_path):
     tok = repo / "data/02_intermediate/tokenizer.json"
-    shutil.move(tok, tmp_path / "tokenizer.json")
     before = snapshot(repo)
+    shutil.move(tok, tmp_path / "tokenizer.json")
     try:
         out = kedro(repo, "shard")
     finally:
@@ -117,8 +117,8 @@ def test_missing_tokenizer(repo, tmp_path):
 
 def test_anneal_without_pre_anneal(repo, tmp_path):
     pre = repo / "data/06_models/pre_anneal"
-    shutil.move(pre, tmp_path / "pre_anneal")
     before = snapshot(repo)
+    shutil.move(pre, tmp_path / "pre_anneal")
     try:
         out = kedro(repo, "anneal")
     finally:

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from lehr.atomic import fsync_dir, write_text_atomic
 
 log = logging.getLogger(__name__)
 STATE = "state.json"
+SLOW_WRITE_ENV = "LEHR_FAULT_SLOW_CHECKPOINT"  # test-only: seconds to pause mid-write (kill tests aim here)
 
 
 class CheckpointError(RuntimeError):
@@ -76,6 +78,7 @@ def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state:
     try:
         tmp.mkdir()
         save_model(model, str(tmp / "model.safetensors"))
+        time.sleep(float(os.environ.get(SLOW_WRITE_ENV, 0)))
         torch.save(optimizer_state, tmp / "optimizer.pt")
         for rank, rng in enumerate(rng_per_rank):
             torch.save(rng, tmp / f"rng_rank{rank}.pt")

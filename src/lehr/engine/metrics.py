@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from lehr.atomic import write_text_atomic
+
 log = logging.getLogger("lehr.train")
 Callback = Callable[[dict], None]
 
@@ -40,7 +42,7 @@ class RunLog:
         if not self.path.is_file():
             return
         keep = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in keep))
+        write_text_atomic(self.path, "".join(line + "\n" for line in keep))
 
     def record(self, rec: dict) -> None:
         if not self.enabled:

@@ -1,0 +1,115 @@
+"""Chaos: SIGKILL a stage at seeded random moments (half of them inside a checkpoint write), run
+`dvc repro` again each time, and the final weights are bit-identical to an uninterrupted run.
+The same for a DDP worker: torchrun restarts the group and the run resumes to the same result.
+
+Figures (kills, resumes) are printed with ``pytest -s`` for the README."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lehr.engine.checkpoint import SLOW_WRITE_ENV
+from tests.e2e import env, make_repo, sh
+
+pytestmark = pytest.mark.slow
+KILLS = 5
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    wa, wb = load_file(a), load_file(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, corpus_dir):
+    repo = make_repo(tmp_path_factory.mktemp("ref") / "repo", corpus_dir)
+    for stage in ("tokenize", "shard", "pretrain-stable", "anneal"):
+        sh(repo, "dvc", "repro", stage)
+    return repo
+
+
+def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
+    """Kill ``dvc repro <stage>`` KILLS times; returns how many kills landed mid-run."""
+    rng, landed = random.Random(seed), 0
+    for i in range(KILLS):
+        proc = subprocess.Popen(["dvc", "repro", stage], cwd=repo, env={**env(), SLOW_WRITE_ENV: "0.4"},
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 90
+        if i % 2 == 0:  # aim inside a checkpoint write: its temporary folder exists only then
+            while time.time() < deadline and proc.poll() is None and not list(run_dir.rglob(".tmp-step_*")):
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.3))
+        else:  # anywhere in training, once it has begun
+            while time.time() < deadline and proc.poll() is None and not list(run_dir.rglob("metrics.jsonl")):
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.2, 2.0))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            landed += 1
+        proc.wait()
+    return landed
+
+
+def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, reference, corpus_dir):
+    repo = make_repo(tmp_path / "repo", corpus_dir)
+    for stage in ("tokenize", "shard"):
+        sh(repo, "dvc", "repro", stage)
+    landed = kill_repeatedly(repo, "pretrain-stable", repo / "data/06_models/stable_run", seed=1)
+    out = sh(repo, "dvc", "repro", "pretrain-stable")
+    print(f"\npretrain-stable: {landed}/{KILLS} kills landed mid-run; final repro: "
+          f"{'resumed' if 'resumed from checkpoint' in out.stderr else 'ran'}")
+    assert landed >= 3
+    assert same_weights(reference / "data/06_models/pre_anneal/model.safetensors",
+                        repo / "data/06_models/pre_anneal/model.safetensors")
+
+    landed = kill_repeatedly(repo, "anneal", repo / "data/06_models/anneal_runs", seed=2)
+    sh(repo, "dvc", "repro", "anneal")
+    print(f"anneal: {landed}/{KILLS} kills landed mid-run")
+    assert landed >= 3
+    (branch,) = [p.name for p in (reference / "data/06_models/anneal").iterdir() if not p.name.startswith(".")]
+    assert same_weights(reference / f"data/06_models/anneal/{branch}/final/model.safetensors",
+                        repo / f"data/06_models/anneal/{branch}/final/model.safetensors")
+
+
+def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_config, tmp_path):
+    import psutil
+
+    def job(name: str) -> Path:
+        cfg = tiny_config(out_dir=str(tmp_path / name), total_steps=400, micro_batch=2, ckpt_every=20,
+                          eval_every=1000, log_every=10)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": []}))
+        return path
+
+    def torchrun(job_path: Path, summary: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                                 "--max-restarts=1", "-m", "lehr.engine.worker", str(job_path), str(summary)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    straight = torchrun(job("straight"), tmp_path / "straight.sum")
+    assert straight.wait(timeout=300) == 0
+    proc = torchrun(job("killed"), tmp_path / "killed.sum")
+    latest = tmp_path / "killed" / "checkpoints" / "latest"
+    deadline = time.time() + 120
+    while time.time() < deadline and not latest.exists():
+        time.sleep(0.05)
+    workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "lehr.engine.worker" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    workers[1].send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((tmp_path / "killed.sum").read_text())
+    assert summary["mode"] == "resume" and summary["step"] == 400
+    assert same_weights(tmp_path / "straight" / "final" / "model.safetensors",
+                        tmp_path / "killed" / "final" / "model.safetensors")
