@@ -1,9 +1,11 @@
-"""End to end on the smoke profile in a throwaway git repo: a real `dvc repro` of all five stages,
-an experiment that re-runs only anneal + evaluate, a Kedro anneal branch beside it, and an
-interrupted stable phase that resumes to the same weights."""
+"""End to end on the smoke profile in a throwaway git repo: a real `dvc repro` of all five stages
+with MLflow tracking, experiments that re-run only anneal + evaluate and are told apart in MLflow,
+a Kedro anneal branch beside them, the provenance CLI, the comparison notebook, and an interrupted
+stable phase that resumes to the same weights."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,14 +19,22 @@ from tests.e2e import dir_hash, env, make_repo, sh, stages_run
 
 pytestmark = pytest.mark.slow
 ALL = ["tokenize", "shard", "pretrain-stable", "anneal", "evaluate"]
+MLFLOW = {"LEHR_MLFLOW": "1"}
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, corpus_dir):
     path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
-    out = sh(path, "dvc", "repro")
+    out = sh(path, "dvc", "repro", extra_env=MLFLOW)
     assert stages_run(out.stdout) == ALL
     return path
+
+
+def runs_of(repo):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["lehr"]), mlflow.MlflowClient()
 
 
 def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
@@ -42,13 +52,47 @@ def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
     assert time.perf_counter() - started < 3.0
 
 
+def test_every_stage_run_is_tracked_with_provenance(repo):
+    runs, client = runs_of(repo)
+    head = sh(repo, "git", "rev-parse", "HEAD").stdout.strip()
+    assert sorted(runs["tags.lehr.stage"]) == sorted(s.replace("-", "_") for s in ALL)
+    assert (runs["status"] == "FINISHED").all()
+    assert runs["tags.lehr.group"].nunique() == 1  # one dvc repro, one group
+    assert (runs["tags.git_commit"] == head).all()
+    assert runs["tags.data.manifest_sha256"].str.len().max() == 64
+    stable = runs[runs["tags.lehr.stage"] == "pretrain_stable"].iloc[0]
+    assert len(client.get_metric_history(stable.run_id, "train.loss")) >= 5
+    assert len(client.get_metric_history(stable.run_id, "eval.heldout.bpb")) >= 2
+    assert stable["params.pretrain.model.preset"] == "tiny"
+    assert "sha256:" in stable["tags.artifact.pre_anneal"]
+    artifacts = {a.path for a in client.list_artifacts(stable.run_id, "reports")}
+    assert "reports/stable_metrics.json" in artifacts
+
+
+def test_info_cli_names_the_commit_config_and_data(repo):
+    out = sh(repo, "python", "-m", "lehr", "info", "data/06_models/pre_anneal").stdout
+    head = sh(repo, "git", "rev-parse", "HEAD").stdout.strip()
+    fields = {line.split("  ")[0]: line.split()[-1] for line in out.splitlines()}
+    assert fields["git commit"] == head  # the commit the repro ran at, and not dirty
+    manifest = (repo / "data/04_feature/shards/manifest.json").read_bytes()
+    assert fields["data manifest sha256"] == hashlib.sha256(manifest).hexdigest()
+    assert "held-out heldout.bpb" in out and "tokens seen" in out
+
+
 def test_experiment_reruns_only_anneal_and_evaluate(repo):
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "first run")
     pre = dir_hash(repo / "data/06_models/pre_anneal")
-    out = sh(repo, "dvc", "exp", "run", "-n", "linear-decay", "-S", "conf/base/parameters_anneal.yml:anneal.shape=linear")
+    out = sh(repo, "dvc", "exp", "run", "-n", "linear-decay", "-S", "conf/base/parameters_anneal.yml:anneal.shape=linear",
+             extra_env=MLFLOW)
     assert stages_run(out.stdout) == ["anneal", "evaluate"]
     assert dir_hash(repo / "data/06_models/pre_anneal") == pre
+    out = sh(repo, "dvc", "exp", "run", "-n", "low-min-lr", "-S", "conf/base/parameters_anneal.yml:anneal.min_lr=0.0003",
+             extra_env=MLFLOW)
+    assert stages_run(out.stdout) == ["anneal", "evaluate"]
+    runs, _ = runs_of(repo)
+    by_exp = runs.groupby("tags.dvc.exp_name")["tags.lehr.stage"].apply(sorted).to_dict()
+    assert by_exp["linear-decay"] == by_exp["low-min-lr"] == ["anneal", "evaluate"]
     shown = json.loads(sh(repo, "dvc", "exp", "show", "--json").stdout)
     names = set()
     for rev in shown:
@@ -57,7 +101,24 @@ def test_experiment_reruns_only_anneal_and_evaluate(repo):
                 names.add(run["name"])
                 data = run["data"]
                 assert "data/08_reporting/metrics.json" in data["metrics"]
-    assert "linear-decay" in names
+    assert {"linear-decay", "low-min-lr"} <= names
+
+
+def test_comparison_notebook_executes(repo, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    from tests.conftest import ROOT
+    from tests.e2e import env
+
+    for key, value in env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("LEHR_PROJECT", str(repo))
+    nb = nbformat.read(ROOT / "notebooks/compare_experiments.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")  # stripped in git
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(repo)}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "linear-decay" in text and "low-min-lr" in text  # the printed gain per experiment
 
 
 def test_kedro_anneal_branch_lives_beside_others_and_leaves_pre_anneal_alone(repo):

@@ -3,6 +3,7 @@
     python -m lehr corpus [--out DIR]       lay out the bundled corpus in the raw layer
     python -m lehr branches [--root DIR]    list the anneal branches side by side
     python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
+    python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from lehr.engine.export import export_hf_llama, export_plain
+
+    tokenizer = Path(args.tokenizer) if args.tokenizer else None
+    out = (export_hf_llama if args.hf else export_plain)(Path(args.checkpoint), Path(args.out), tokenizer)
+    print(f"exported {args.checkpoint} to {out}" + (" (load it with transformers' from_pretrained)" if args.hf else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lehr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("--config", action="store_true", help="also print the full resolved config")
     p.set_defaults(func=_info)
+    p = sub.add_parser("export", help="export a checkpoint for use outside lehr")
+    p.add_argument("checkpoint")
+    p.add_argument("out")
+    p.add_argument("--hf", action="store_true", help="a Hugging Face LlamaForCausalLM folder (needs transformers)")
+    p.add_argument("--tokenizer", default="data/04_feature/shards/tokenizer.json")
+    p.set_defaults(func=_export)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

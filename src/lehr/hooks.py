@@ -29,6 +29,20 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def invocation() -> str:
+    """``dvc-<pid>-<start>`` of the dvc process this stage runs under, else ``kedro-<pid>-<start>``."""
+    import psutil
+
+    proc = psutil.Process()
+    for parent in proc.parents():
+        try:
+            if any(part.endswith("dvc") for part in parent.cmdline()[:2]):
+                return f"dvc-{parent.pid}-{int(parent.create_time())}"
+        except psutil.Error:
+            continue
+    return f"kedro-{proc.pid}-{int(proc.create_time())}"
+
+
 def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
@@ -58,11 +72,11 @@ class MlflowTracking:
         mlflow.set_experiment(self._settings.get("experiment", "lehr"))
         names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         stage = ",".join(names)
-        # One dvc repro / dvc exp run spawns one process per stage; the experiment name (set by DVC
-        # for `dvc exp run`) or the git commit groups the stage runs it caused.
+        # One dvc repro / dvc exp run spawns one process per stage; the experiment name (DVC sets it
+        # for `dvc exp run -n`) or the DVC process that launched them groups the stage runs.
         exp_name = os.environ.get("DVC_EXP_NAME", "")
         git = provenance.git_info()
-        group = exp_name or f"workspace@{git['git_commit'][:12]}"
+        group = exp_name or invocation()
         self._run = mlflow.start_run(run_name=f"{stage} ({group})")
         manifest = Path("data/04_feature/shards/manifest.json")
         tags = {

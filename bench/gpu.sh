@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# GPU checks for one lent GPU (e.g. an H200), a few minutes in all. Not part of CI or the tests.
+#   bash bench/gpu.sh            (from the repository root, with torch for CUDA installed)
+# Prints, for the ~124M gpt2-small preset in bf16: tokens/s, MFU and peak memory of lehr's loop vs
+# a bare loop, without and with torch.compile (goal: MFU >= 50% on an H200), and a short 2-stage
+# smoke of the engine on CUDA (fused AdamW, NCCL-free single process, exact resume).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+if ! $PY -c "import lehr" 2>/dev/null; then
+  $PY -m pip install --quiet -e . || { echo "install failed" >&2; exit 1; }
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+common=(--preset gpt2-small --vocab 50304 --device cuda --precision bf16 --batch 64 --micro 32 --steps 30 --warmup 10 --rounds 2)
+echo "== gpt2-small, bf16, eager =="
+$PY bench/train_loop.py "${common[@]}"
+echo "== gpt2-small, bf16, torch.compile =="
+$PY bench/train_loop.py "${common[@]}" --compile
+echo "== engine tests on CUDA (resume exactness, guards) =="
+$PY -m pytest -q tests/engine/test_resume.py::test_in_process_stop_and_resume_is_exact tests/engine/test_guards.py

@@ -1,0 +1,150 @@
+"""Benchmark: lehr's training loop vs a bare forward/backward/step loop, side by side.
+
+Same model, batch, precision and optimizer; the bare loop gets its batches pre-drawn in memory.
+Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share of step time
+(goal <= 1%), and checkpoint save / verify+load seconds.
+
+    python bench/train_loop.py                                   # CPU, cpu-demo preset
+    python bench/train_loop.py --preset gpt2-small --device cuda --precision bf16 [--compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import synthetic_shards  # noqa: E402
+
+from lehr.engine import checkpoint  # noqa: E402
+from lehr.engine.config import TrainConfig  # noqa: E402
+from lehr.engine.data import ShardSet, TrainStream  # noqa: E402
+from lehr.engine.hardware import resolve  # noqa: E402
+from lehr.engine.loop import build_optimizer, train  # noqa: E402
+from lehr.engine.model import Transformer, preset  # noqa: E402
+
+MIX = {"gold": 1.0, "silver": 1.0}
+
+
+def config(args, shards: Path, out: Path) -> TrainConfig:
+    model = preset(args.preset, args.vocab, **({"seq_len": args.seq_len} if args.seq_len else {}))
+    return TrainConfig(model=model, shards=str(shards), out_dir=str(out), seed=0, data_seed=1,
+                       batch_size=args.batch, micro_batch=args.micro, stable_mix=MIX, total_steps=args.warmup + args.steps,
+                       warmup_steps=10, eval_every=10**9, ckpt_every=10**9, log_every=args.warmup, eval_windows=1,
+                       sample_tokens=0, precision=args.precision, device=args.device, compile=args.compile)
+
+
+RECORDS: list[dict] = []
+
+
+def collector():
+    """Engine callback factory (passed as ``__main__:collector``): keeps every record."""
+    return RECORDS.append
+
+
+def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
+    """tokens/s over the steps after warm-up, as the loop itself measures and logs them."""
+    RECORDS.clear()
+    train(cfg, ["__main__:collector"])
+    last = [r for r in RECORDS if r["kind"] == "train"][-1]
+    return last["tok_per_s"], last["mfu"], last["mem"]
+
+
+def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
+    hw = resolve(cfg.device, cfg.precision, None)
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).to(hw.device)
+    opt = build_optimizer(model, cfg, hw.device)
+    fwd = torch.compile(model) if cfg.compile else model
+    stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)
+    batches = [stream.next_batches(cfg.batch_size, MIX, 0, 1, cfg.micro_batch, hw.device) for _ in range(8)]
+    accum = cfg.batch_size // cfg.micro_batch
+    for i in range(warmup + steps):
+        if i == warmup:
+            if hw.device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        for x, y in batches[i % len(batches)]:
+            with hw.autocast():
+                _, loss = fwd(x, y)
+            (loss / accum).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if hw.device.type == "cuda":
+        torch.cuda.synchronize()
+    return steps * cfg.batch_size * cfg.model.seq_len / (time.perf_counter() - t0)
+
+
+def data_share(cfg: TrainConfig, step_seconds: float) -> float:
+    stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)
+    device = resolve(cfg.device, cfg.precision, None).device
+    t0 = time.perf_counter()
+    for _ in range(20):
+        stream.next_batches(cfg.batch_size, MIX, 0, 1, cfg.micro_batch, device)
+    return (time.perf_counter() - t0) / 20 / step_seconds
+
+
+def checkpoint_seconds(cfg: TrainConfig, out: Path) -> tuple[float, float]:
+    model = Transformer(cfg.model)
+    opt = build_optimizer(model, cfg, torch.device("cpu"))
+    model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long))[1].backward()
+    opt.step()
+    t0 = time.perf_counter()
+    path = checkpoint.write(out / "ckpt", model=model, optimizer_state={"optimizer": opt.state_dict(), "scaler": {}},
+                            state={"progress": {}}, rng_per_rank=[checkpoint.rng_state()])
+    saved = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    checkpoint.verify(path)
+    checkpoint.load_weights(path, model)
+    opt.load_state_dict(checkpoint.load_optimizer(path, torch.device("cpu"))["optimizer"])
+    return saved, time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="cpu-demo")
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--seq-len", type=int, default=0)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--micro", type=int, default=16)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="auto")
+    p.add_argument("--compile", action="store_true")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        shards = synthetic_shards(tmp / "shards", args.vocab)
+        lehr, bare = [], []
+        for r in range(args.rounds):  # interleaved, so drift in machine speed hits both alike
+            tok_s, mfu, mem = lehr_tok_s(config(args, shards, tmp / f"run{r}"))
+            lehr.append(tok_s)
+            bare.append(bare_tok_s(config(args, shards, tmp / "bare"), args.warmup, args.steps))
+        cfg = config(args, shards, tmp / "x")
+        lehr_med, bare_med = statistics.median(lehr), statistics.median(bare)
+        step_s = cfg.batch_size * cfg.model.seq_len / lehr_med
+        save_s, load_s = checkpoint_seconds(cfg, tmp)
+        n_params = Transformer(cfg.model).num_parameters()
+        print(f"model {args.preset} ({n_params / 1e6:.1f}M params), batch {cfg.batch_size} x {cfg.model.seq_len} tokens, "
+              f"micro {cfg.micro_batch}, device {resolve(cfg.device, cfg.precision, None).name}, "
+              f"precision {resolve(cfg.device, cfg.precision, None).precision}, compile {cfg.compile}")
+        print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in lehr)})")
+        print(f"bare loop     {bare_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")
+        print(f"ratio lehr/bare  {lehr_med / bare_med:.3f}x   (goal >= 0.97x)")
+        print(f"MFU           {'n/a (no peak TFLOPS known for this device)' if mfu is None else f'{mfu:.1%}'}; memory {mem}")
+        print(f"data stream   {data_share(cfg, step_s):.2%} of step time   (goal <= 1%)")
+        print(f"checkpoint    save {save_s:.2f} s, verify + load {load_s:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Export: plain safetensors + config, and a transformers Llama that gives the same logits."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from safetensors.torch import load_file
+
+from lehr.__main__ import main
+from lehr.engine.evaluation import load_model
+from lehr.engine.loop import train
+
+
+def test_plain_and_hf_llama_exports(tiny_config, smoke_shards, tmp_path):
+    summary = train(tiny_config(total_steps=10))
+    ckpt = tmp_path / "run" / "final"
+    assert summary["final"] == str(ckpt)
+    tok = str(smoke_shards / "tokenizer.json")
+    assert main(["export", str(ckpt), str(tmp_path / "plain"), "--tokenizer", tok]) == 0
+    config = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert config["vocab_size"] == 512 and "lm_head.weight" not in load_file(tmp_path / "plain" / "model.safetensors")
+
+    assert main(["export", str(ckpt), str(tmp_path / "hf"), "--hf", "--tokenizer", tok]) == 0
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ours = load_model(ckpt, torch.device("cpu"))
+    ids = torch.tensor([AutoTokenizer.from_pretrained(tmp_path / "hf")("The State of the Union").input_ids])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, ours(ids)[0], rtol=1e-4, atol=1e-4)
