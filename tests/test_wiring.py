@@ -73,6 +73,11 @@ def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
             values = yaml.safe_load((ROOT / path).read_text())
             for name in names:
                 assert name in values, f"{stage}: {path} has no key {name}"
-    for smoke in (ROOT / "conf/smoke").glob("parameters_*.yml"):
-        base = yaml.safe_load((ROOT / "conf/base" / smoke.name).read_text())
-        assert set(keys(yaml.safe_load(smoke.read_text()))) <= set(keys(base)), smoke.name
+    for profile in ("smoke", "gpu"):
+        for override in (ROOT / "conf" / profile).glob("parameters_*.yml"):
+            base = yaml.safe_load((ROOT / "conf/base" / override.name).read_text())
+            assert set(keys(yaml.safe_load(override.read_text()))) <= set(keys(base)), override
+            for stage, spec in DVC["stages"].items():  # every stage that reads base's file tracks this one
+                listed = [p for p, _ in _entries(spec.get("params"))]
+                if f"conf/base/{override.name}" in listed:
+                    assert f"conf/{profile}/{override.name}" in listed, (stage, override)

@@ -212,3 +212,12 @@ class EvaluateParams:
     def __post_init__(self) -> None:
         check_fields(self, "evaluate")
         require(self.eval_windows > 0, "parameter evaluate.eval_windows must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class SoupParams:
+    branches: list[str]  # anneal branches whose final weights are averaged
+    name: str  # the new branch's name; "" = soup-<branches joined by ->
+
+    def __post_init__(self) -> None:
+        check_fields(self, "soup")

@@ -1,4 +1,5 @@
-"""Stage params -> the engine's ``TrainConfig``: the one place Kedro params meet the engine."""
+"""Stage params -> the engine's ``TrainConfig``, and running it: the one place the Kedro glue
+meets the engine."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import hashlib
 import json
 from pathlib import Path
 
+import pandas as pd
+
+from lehr import tracking
+from lehr.engine import distributed
 from lehr.engine.config import StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
@@ -74,3 +79,20 @@ def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal
         init_from=str(pre_anneal), init_optimizer=a.init_optimizer, eval_every=a.eval_every,
         patience=a.patience, patience_from_step=start + (end - start) // 2,
     )
+
+
+def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
+    """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
+    (its checkpoint is saved, and running the stage again resumes it)."""
+    summary = distributed.run(cfg.to_dict(), distributed.Launch(**vars(params.launch)), [tracking.CALLBACK],
+                              tracking.current_run_env())
+    if summary["stopped"] == "signal":
+        raise RuntimeError(f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
+                           f"{summary['out_dir']}: run the stage again to resume")
+    return summary
+
+
+def read_curve(run_dir: Path) -> pd.DataFrame:
+    """The run's metrics.jsonl as a table (DVC plots and the evaluate stage read it)."""
+    frame = pd.read_json(run_dir / "metrics.jsonl", lines=True)
+    return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])

@@ -1,40 +1,52 @@
 """MLflow glue: forwards the engine's per-step records into the stage's MLflow run.
 
 The engine calls ``mlflow_forwarder()`` by name (``lehr.tracking:mlflow_forwarder``) in the
-process that is rank 0, in-process or under torchrun, so it never imports MLflow itself.
+process that is rank 0, in-process or under torchrun, so it never imports MLflow itself. MLflow
+is imported only when a run is active (the hook started one) or a run id was handed down.
 """
 
 from __future__ import annotations
 
 import os
-
-import mlflow
+import sys
+import time
 
 RUN_ID_ENV = "MLFLOW_RUN_ID"
 CALLBACK = "lehr.tracking:mlflow_forwarder"
 
 
+def _active_run_id() -> str | None:
+    if "mlflow" not in sys.modules:  # tracking is off in this process: nothing started a run
+        return os.environ.get(RUN_ID_ENV)
+    import mlflow
+
+    run = mlflow.active_run()
+    return run.info.run_id if run else os.environ.get(RUN_ID_ENV)
+
+
 def current_run_env() -> dict[str, str]:
     """What launched workers need to log into this process's active run."""
-    run = mlflow.active_run()
-    if run is None:
+    run_id = _active_run_id()
+    if not run_id:
         return {}
-    return {RUN_ID_ENV: run.info.run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+    import mlflow
+
+    return {RUN_ID_ENV: run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
 
 
 def mlflow_forwarder():
-    run = mlflow.active_run()
-    run_id = run.info.run_id if run else os.environ.get(RUN_ID_ENV)
+    run_id = _active_run_id()
     if not run_id:
         return lambda record: None
+    import mlflow
+    from mlflow.entities import Metric
+
     client = mlflow.MlflowClient()
-    prefix = os.environ.get("LEHR_METRIC_PREFIX", "")
 
     def forward(record: dict) -> None:
-        step = record["step"]
-        metrics = [mlflow.entities.Metric(f"{prefix}{record['kind']}.{k}", float(v), 0, step)
-                   for k, v in record.items()
-                   if k not in ("step", "kind") and isinstance(v, (int, float)) and v is not None]
-        client.log_batch(run_id, metrics=metrics, synchronous=False)
+        now = int(time.time() * 1000)
+        metrics = [Metric(f"{record['kind']}.{k}", float(v), now, record["step"]) for k, v in record.items()
+                   if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        client.log_batch(run_id, metrics=metrics)
 
     return forward

@@ -6,11 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr import provenance, tracking
-from lehr.engine import distributed
+from lehr import provenance
 from lehr.params import AnnealParams, PretrainParams
-from lehr.pipelines.pretrain_stable.nodes import launch_of, read_curve
-from lehr.run_config import anneal_config, branch_name
+from lehr.run_config import anneal_config, branch_name, read_curve, run_engine
 
 
 def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams,
@@ -18,7 +16,7 @@ def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: Pr
     branch = branch_name(pretrain, anneal)
     run_dir = anneal_runs / branch
     cfg = anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, provenance.collect("anneal", shards))
-    summary = distributed.run(cfg.to_dict(), launch_of(pretrain), [tracking.CALLBACK], tracking.current_run_env())
+    summary = run_engine(cfg, pretrain)
     return {"branch": branch, "run_dir": str(run_dir)}, {**summary, "branch": branch}
 
 

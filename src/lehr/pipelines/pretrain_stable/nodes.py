@@ -6,26 +6,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr import provenance, tracking
-from lehr.engine import distributed
+from lehr import provenance
 from lehr.params import PretrainParams
-from lehr.run_config import stable_config
-
-
-def launch_of(p: PretrainParams) -> distributed.Launch:
-    return distributed.Launch(**vars(p.launch))
+from lehr.run_config import read_curve, run_engine, stable_config
 
 
 def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[Path, dict]:
     cfg = stable_config(params, shards, run_dir / params.run_name, provenance.collect("pretrain-stable", shards))
-    summary = distributed.run(cfg.to_dict(), launch_of(params), [tracking.CALLBACK], tracking.current_run_env())
+    summary = run_engine(cfg, params)
     return Path(summary["pre_anneal"]), summary
-
-
-def read_curve(run_dir: Path) -> pd.DataFrame:
-    """The run's metrics.jsonl as a table (DVC plots and the evaluate stage read it)."""
-    frame = pd.read_json(run_dir / "metrics.jsonl", lines=True)
-    return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])
 
 
 def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
