@@ -8,6 +8,7 @@ MLflow only when a pipeline starts, so other `kedro` commands stay fast.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -19,9 +20,14 @@ log = logging.getLogger(__name__)
 REPORTS = Path("data/08_reporting")
 
 
-def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+def flatten(d, prefix: str = "") -> dict[str, str]:
+    """``{"pretrain": PretrainParams(model=...)}`` -> ``{"pretrain.model.preset": "tiny", ...}``."""
+    if dataclasses.is_dataclass(d):
+        d = dataclasses.asdict(d)
     out = {}
     for k, v in d.items():
+        if dataclasses.is_dataclass(v):
+            v = dataclasses.asdict(v)
         if isinstance(v, dict) and v:
             out.update(flatten(v, f"{prefix}{k}."))
         else:

@@ -58,6 +58,11 @@ def from_mapping(cls: type, mapping: dict, section: str) -> Any:
     return cls(**mapping)
 
 
+def names(value: list[str] | str) -> list[str]:
+    """A list of names from YAML, or ``a+b`` from the command line (Kedro's --params splits on commas)."""
+    return [n for n in value.split("+") if n] if isinstance(value, str) else list(value)
+
+
 def require(cond: bool, message: str) -> None:
     if not cond:
         raise ValueError(message)
@@ -204,20 +209,22 @@ class AnnealParams:
 
 @dataclasses.dataclass(frozen=True)
 class EvaluateParams:
-    branches: list[str]  # anneal branches to evaluate besides the current one; ["all"] = every branch
+    branches: list[str] | str  # anneal branches to report besides the current one; [all] = every branch; or a+b
     eval_windows: int  # held-out windows per source (more than during training: a final figure)
     sample_prompt: str
     sample_tokens: int
 
     def __post_init__(self) -> None:
         check_fields(self, "evaluate")
+        object.__setattr__(self, "branches", names(self.branches))
         require(self.eval_windows > 0, "parameter evaluate.eval_windows must be positive")
 
 
 @dataclasses.dataclass(frozen=True)
 class SoupParams:
-    branches: list[str]  # anneal branches whose final weights are averaged
+    branches: list[str] | str  # anneal branches whose final weights are averaged; or a+b on the command line
     name: str  # the new branch's name; "" = soup-<branches joined by ->
 
     def __post_init__(self) -> None:
         check_fields(self, "soup")
+        object.__setattr__(self, "branches", names(self.branches))

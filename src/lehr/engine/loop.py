@@ -91,6 +91,11 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
 
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
+        if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
+            raise checkpoint.CheckpointError(
+                f"refusing to resume {path}: it was trained on shards of another tokenizer than {cfg.shards}. "
+                f"Restore those shards (`dvc checkout`), or delete {out_dir} to start this run afresh."
+            )
         if state["math_hash"] != cfg.math_hash():
             keys = math_diff(state["config_math"], cfg.math_fields())
             raise checkpoint.CheckpointError(

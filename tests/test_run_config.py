@@ -1,0 +1,67 @@
+"""Stage params -> engine configs: the stable stop rule, anneal branches, the cosine baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+
+from lehr.params import AnnealParams, PretrainParams
+from lehr.run_config import anneal_config, branch_name, stable_config
+from tests.conftest import ROOT
+
+MANIFEST = {"root": "/shards", "tokenizer": {"vocab_size": 512, "sha256": "x"}}
+
+
+def params(section: str, file: str, **changes):
+    raw = yaml.safe_load((ROOT / f"conf/base/{file}").read_text())[section]
+    cls = PretrainParams if section == "pretrain" else AnnealParams
+    return cls(**{**raw, **changes})
+
+
+@pytest.fixture
+def pre_anneal(tmp_path):
+    (tmp_path / "state.json").write_text(json.dumps({"progress": {"step": 640}}))
+    return tmp_path
+
+
+def test_stable_run_stops_at_the_planned_or_auto_anneal_start(tmp_path):
+    p = params("pretrain", "parameters_pretrain_stable.yml")
+    cfg = stable_config(p, MANIFEST, tmp_path, {})
+    assert cfg.stop_rule.planned_step == 640 and cfg.stop_rule.auto
+    assert cfg.stop_rule.min_step == 400 and cfg.stop_rule.max_step == 720
+    assert cfg.anneal_start is None  # open-ended stable phase
+    assert cfg.model.vocab_size == 512
+
+
+def test_wsd_anneal_decays_for_its_own_length_from_pre_anneal(tmp_path, pre_anneal):
+    p, a = params("pretrain", "parameters_pretrain_stable.yml"), params("anneal", "parameters_anneal.yml")
+    cfg = anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {})
+    assert (cfg.anneal_start, cfg.anneal_steps, cfg.end_step) == (640, 160, 800)
+    assert cfg.init_from == str(pre_anneal) and cfg.data_seed != p.data_seed
+    assert cfg.patience_from_step == 720  # mid-decay
+
+
+def test_cosine_baseline_spends_the_same_budget_in_one_schedule(tmp_path, pre_anneal):
+    p = params("pretrain", "parameters_pretrain_stable.yml", schedule="cosine")
+    a = params("anneal", "parameters_anneal.yml")
+    stable = stable_config(p, MANIFEST, tmp_path, {})
+    assert not stable.stop_rule.auto and stable.stop_rule.planned_step == 640
+    cfg = anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {})
+    assert cfg.schedule == "cosine" and cfg.end_step == p.total_steps
+    assert branch_name(p, a).startswith("cosine-")
+
+
+def test_branch_names_follow_the_params():
+    p, a = params("pretrain", "parameters_pretrain_stable.yml"), params("anneal", "parameters_anneal.yml")
+    assert branch_name(p, a) != branch_name(p, dataclasses.replace(a, shape="linear"))
+    assert branch_name(p, dataclasses.replace(a, branch="gold-1sqrt")) == "gold-1sqrt"
+
+
+def test_nothing_listens_beyond_loopback_by_default():
+    assert "127.0.0.1" in (ROOT / "conf/base/parameters_pretrain_stable.yml").read_text()
+    assert "--host 127.0.0.1" in (ROOT / "Makefile").read_text()
+    for path in [*ROOT.glob("conf/**/*.yml"), ROOT / "Makefile", *ROOT.glob("src/**/*.py")]:
+        assert "0.0.0.0" not in path.read_text(), path
