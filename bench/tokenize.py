@@ -9,18 +9,24 @@ documents, the ratio (goal >= 0.9x), and the shard stage's write MB/s.
 
 from __future__ import annotations
 
-import argparse
-import logging
-import statistics
-import tempfile
-import time
-from pathlib import Path
+import sys
 
-from lehr.bundled_corpus import build
-from lehr.corpus import Corpus
-from lehr.datasets import ShardsDataset
-from lehr.sharding import cut_shards
-from lehr.tokenization import encode_streams, train_bpe, training_sample, tokenizer_sha256
+# bench/tokenize.py is named like the stdlib module: search this folder last, so that
+# `import logging` (which imports tokenize) finds the real one.
+sys.path.append(sys.path.pop(0))
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from lehr.bundled_corpus import build  # noqa: E402
+from lehr.corpus import Corpus  # noqa: E402
+from lehr.datasets import ShardsDataset  # noqa: E402
+from lehr.sharding import cut_shards  # noqa: E402
+from lehr.tokenization import encode_streams, tokenizer_sha256, train_bpe, training_sample  # noqa: E402
 
 
 def main() -> None:

@@ -10,17 +10,20 @@ Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share
 
 from __future__ import annotations
 
-import argparse
-import logging
-import statistics
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-import torch
+# bench/tokenize.py is named like the stdlib module: search this folder last, so that
+# `import logging` (which imports tokenize) finds the real one.
+sys.path.append(sys.path.pop(0))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
 from synthetic import synthetic_shards  # noqa: E402
 
 from lehr.engine import checkpoint  # noqa: E402
