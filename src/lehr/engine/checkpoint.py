@@ -10,7 +10,6 @@ checkpoint can never run code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-from lehr.atomic import fsync_dir, write_text_atomic
+from lehr.atomic import fsync_dir, sha256_file, write_text_atomic
 
 log = logging.getLogger(__name__)
 STATE = "state.json"
@@ -33,13 +32,6 @@ SLOW_WRITE_ENV = "LEHR_FAULT_SLOW_CHECKPOINT"  # test-only: seconds to pause mid
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written or trusted; the message says what to do."""
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fsync(path: Path) -> None:
@@ -85,7 +77,7 @@ def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state:
         files = sorted(p.name for p in tmp.iterdir())
         for name in files:
             _fsync(tmp / name)
-        state = {**state, "files": {name: _sha256(tmp / name) for name in files}}
+        state = {**state, "files": {name: sha256_file(tmp / name) for name in files}}
         (tmp / STATE).write_text(json.dumps(state, indent=1))
         _fsync(tmp / STATE)
         fsync_dir(tmp)
@@ -112,7 +104,7 @@ def verify(path: Path) -> dict:
         raise CheckpointError(f"{path / STATE} is unreadable ({e})") from None
     for name, digest in state.get("files", {}).items():
         f = path / name
-        if not f.is_file() or _sha256(f) != digest:
+        if not f.is_file() or sha256_file(f) != digest:
             raise CheckpointError(f"{f} is missing or does not match its sha256 (truncated or corrupt)")
     return state
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lehr.atomic import sha256_file
+
 
 class DataError(ValueError):
     """Shards that cannot be trained on; the message says why and what to do."""
@@ -48,13 +50,6 @@ def manifest_sha256(shard_dir: str | Path) -> str:
     return hashlib.sha256((Path(shard_dir) / "manifest.json").read_bytes()).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 class ShardSet:
     """Every stream of a manifest, verified (sha256, tokenizer, vocab) and memory-mapped."""
@@ -70,7 +65,7 @@ class ShardSet:
                 f"{tok['vocab_size']} (or leave it unset) or re-run tokenize and shard"
             )
         tok_file = self.root / "tokenizer.json"
-        if tok_file.is_file() and _sha256_file(tok_file) != tok["sha256"]:
+        if tok_file.is_file() and sha256_file(tok_file) != tok["sha256"]:
             raise DataError(f"{tok_file} does not match the tokenizer hash in the manifest: re-run `dvc repro shard`")
         dtype = np.dtype(self.manifest["dtype"])
         self.sources: dict[str, Source] = {}
@@ -80,7 +75,7 @@ class ShardSet:
                 path = self.root / shard["file"]
                 if not path.is_file():
                     raise DataError(f"shard {path} listed in the manifest is missing: re-run `dvc repro shard`")
-                if verify and _sha256_file(path) != shard["sha256"]:
+                if verify and sha256_file(path) != shard["sha256"]:
                     raise DataError(
                         f"shard {path} does not match its sha256 in the manifest (corrupted on disk?); "
                         f"restore it with `dvc checkout` or rebuild with `dvc repro --force shard`"
