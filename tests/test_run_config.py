@@ -16,9 +16,13 @@ MANIFEST = {"root": "/shards", "tokenizer": {"vocab_size": 512, "sha256": "x"}}
 
 
 def params(section: str, file: str, **changes):
+    """The base params, with the budget pinned so the figures below do not follow the defaults."""
     raw = yaml.safe_load((ROOT / f"conf/base/{file}").read_text())[section]
-    cls = PretrainParams if section == "pretrain" else AnnealParams
-    return cls(**{**raw, **changes})
+    if section == "pretrain":
+        raw |= {"total_steps": 800, "decay_fraction": 0.2,
+                "auto_anneal": {**raw["auto_anneal"], "min_fraction": 0.5, "max_fraction": 0.9}}
+        return PretrainParams(**{**raw, **changes})
+    return AnnealParams(**{**raw, "decay_steps": 0, "decay_fraction": 0.2, **changes})
 
 
 @pytest.fixture

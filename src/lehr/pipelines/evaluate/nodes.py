@@ -78,16 +78,15 @@ def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple
                         "heldout.bpb") if c in curves.columns]
     curves = curves[keep].sort_values(["step", "kind"]).reset_index(drop=True)
     fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=[3, 1])
-    for phase, style in (("stable", "-"), ("anneal", "-")):
+    for phase in ("stable", "anneal"):
         part = curves[curves.phase == phase]
         train, ev = part[part.kind == "train"], part[part.kind == "eval"]
-        ax_loss.plot(train.step, train.loss, style, alpha=0.6, label=f"train loss ({phase})")
+        ax_loss.plot(train.step, train.loss, "-", alpha=0.6, label=f"train loss ({phase})")
         ax_loss.plot(ev.step, ev["heldout.loss"], "o-", label=f"held-out loss ({phase})")
-        ax_lr.plot(train.step, train.lr, style, label=phase)
-    start = anneal_curve.step.min() if len(anneal_curve) else None
-    if start is not None:
+        ax_lr.plot(train.step, train.lr, "-", label=phase)
+    if len(stable_curve):  # the stable phase ends where the anneal starts
         for ax in (ax_loss, ax_lr):
-            ax.axvline(start, color="grey", linestyle=":", linewidth=1)
+            ax.axvline(stable_curve.step.max(), color="grey", linestyle=":", linewidth=1)
     ax_loss.set_ylabel("loss (nats/token)")
     ax_loss.legend()
     ax_loss.set_title("lehr: stable phase and anneal")
