@@ -102,12 +102,12 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
                 f"refusing to resume {path}: it was made under another configuration ({', '.join(keys)} "
                 f"differ). Restore those values, or delete {out_dir} to start this run afresh."
             )
-        _restore(path, state, model, optimizer, scaler, hw.device, d.rank, with_optimizer=True)
+        _restore(path, model, optimizer, scaler, hw.device, d.rank, with_optimizer=True)
         stream.load_state_dict(state["data"])
         prog = Progress(**state["progress"])
     elif mode == "branch":
         _check_branchable(path, state, cfg, shards)
-        _restore(path, state, model, optimizer, scaler, hw.device, d.rank, with_optimizer=cfg.init_optimizer)
+        _restore(path, model, optimizer, scaler, hw.device, d.rank, with_optimizer=cfg.init_optimizer)
         torch.manual_seed(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
         prog = Progress(step=state["progress"]["step"], tokens=state["progress"]["tokens"])
         stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
@@ -286,7 +286,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     return summary
 
 
-def _restore(path: Path, state: dict, model, optimizer, scaler, device, rank: int, with_optimizer: bool) -> None:
+def _restore(path: Path, model, optimizer, scaler, device, rank: int, with_optimizer: bool) -> None:
     checkpoint.load_weights(path, model)
     if with_optimizer:
         opt_state = checkpoint.load_optimizer(path, device)
