@@ -35,10 +35,19 @@ def setup(device: str) -> Dist:
     if "RANK" not in os.environ:
         return Dist(0, 0, 1)
     backend = "nccl" if device != "cpu" and torch.cuda.is_available() else "gloo"
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # Rank 0 may spend minutes writing a large checkpoint while the others wait in a collective;
     # a short timeout would kill healthy runs on slow shared filesystems.
-    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=60))
-    return Dist(dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size())
+    timeout = datetime.timedelta(minutes=60)
+    # After torchrun restarts a failed group, the store still holds the dead workers' addresses;
+    # seen here: the new gloo group dialled them and failed. A prefix per restart keeps rounds apart.
+    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's own store
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=rank == 0 and not agent_hosts_store, timeout=timeout)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"lehr/restart{restart}", store), rank=rank,
+                            world_size=world, timeout=timeout)
+    return Dist(rank, int(os.environ.get("LOCAL_RANK", 0)), world)
 
 
 def teardown(d: Dist) -> None:
