@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -27,6 +28,8 @@ def repo(tmp_path_factory, corpus_dir):
     path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
     out = sh(path, "dvc", "repro", extra_env=MLFLOW)
     assert stages_run(out.stdout) == ALL
+    # Later experiments replace the workspace's outputs; keep the default run's branch point.
+    shutil.copy2(path / "data/06_models/pre_anneal/model.safetensors", path.parent / "uninterrupted_pre_anneal.safetensors")
     return path
 
 
@@ -104,6 +107,16 @@ def test_experiment_reruns_only_anneal_and_evaluate(repo):
     assert {"linear-decay", "low-min-lr"} <= names
 
 
+def test_cosine_baseline_experiment_trains_the_same_budget(repo):
+    out = sh(repo, "dvc", "exp", "run", "-n", "cosine-baseline",
+             "-S", "conf/base/parameters_pretrain_stable.yml:pretrain.schedule=cosine")
+    assert stages_run(out.stdout) == ["pretrain-stable", "anneal", "evaluate"]
+    metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
+    anneal = json.loads((repo / "data/08_reporting/anneal_metrics.json").read_text())
+    assert metrics["anneal"]["branch"].startswith("cosine-") and anneal["step"] == 60  # smoke total_steps
+    assert len(list((repo / "data/06_models/stable_run").glob("auto-*"))) == 2  # its own rolling folder
+
+
 def test_comparison_notebook_executes(repo, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
@@ -156,18 +169,18 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, repo, corpus_
     other = make_repo(tmp_path / "repo", corpus_dir)
     for stage in ("tokenize", "shard"):
         sh(other, "dvc", "repro", stage)
-    latest = other / "data/06_models/stable_run/smoke/checkpoints/latest"
+    runs = other / "data/06_models/stable_run"
     proc = subprocess.Popen(["dvc", "repro", "pretrain-stable"], cwd=other, env=env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while time.time() < deadline and not latest.exists():
+    while time.time() < deadline and not list(runs.glob("*/checkpoints/latest")):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert latest.exists(), "the stage never wrote a checkpoint"
+    assert list(runs.glob("*/checkpoints/latest")), "the stage never wrote a checkpoint"
     out = sh(other, "dvc", "repro", "pretrain-stable")
     assert "resumed from checkpoint" in out.stderr
-    a = load_file(repo / "data/06_models/pre_anneal/model.safetensors")
+    a = load_file(repo.parent / "uninterrupted_pre_anneal.safetensors")
     b = load_file(other / "data/06_models/pre_anneal/model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
     # ...and a from-scratch rebuild gave byte-identical tokenizer and shards.

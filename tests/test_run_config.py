@@ -13,6 +13,7 @@ from lehr.run_config import anneal_config, branch_name, stable_config
 from tests.conftest import ROOT
 
 MANIFEST = {"root": "/shards", "tokenizer": {"vocab_size": 512, "sha256": "x"}}
+PROV = {"manifest_sha256": "m"}
 
 
 def params(section: str, file: str, **changes):
@@ -33,11 +34,23 @@ def pre_anneal(tmp_path):
 
 def test_stable_run_stops_at_the_planned_or_auto_anneal_start(tmp_path):
     p = params("pretrain", "parameters_pretrain_stable.yml")
-    cfg = stable_config(p, MANIFEST, tmp_path, {})
+    cfg = stable_config(p, MANIFEST, tmp_path, PROV)
     assert cfg.stop_rule.planned_step == 640 and cfg.stop_rule.auto
     assert cfg.stop_rule.min_step == 400 and cfg.stop_rule.max_step == 720
     assert cfg.anneal_start is None  # open-ended stable phase
     assert cfg.model.vocab_size == 512
+
+
+def test_stable_runs_of_other_configs_or_data_get_their_own_folder(tmp_path):
+    p = params("pretrain", "parameters_pretrain_stable.yml")
+    base = stable_config(p, MANIFEST, tmp_path, PROV)
+    assert base.out_dir == stable_config(p, MANIFEST, tmp_path, PROV).out_dir  # same params resume
+    assert base.stop_rule.save_to == f"{base.out_dir}/pre_anneal"
+    others = [stable_config(dataclasses.replace(p, lr=1e-3), MANIFEST, tmp_path, PROV),
+              stable_config(dataclasses.replace(p, schedule="cosine"), MANIFEST, tmp_path, PROV),
+              stable_config(p, MANIFEST, tmp_path, {"manifest_sha256": "other data"})]
+    assert len({base.out_dir, *(o.out_dir for o in others)}) == 4
+    assert stable_config(dataclasses.replace(p, run_name="main"), MANIFEST, tmp_path, PROV).out_dir == f"{tmp_path}/main"
 
 
 def test_wsd_anneal_decays_for_its_own_length_from_pre_anneal(tmp_path, pre_anneal):
@@ -51,7 +64,7 @@ def test_wsd_anneal_decays_for_its_own_length_from_pre_anneal(tmp_path, pre_anne
 def test_cosine_baseline_spends_the_same_budget_in_one_schedule(tmp_path, pre_anneal):
     p = params("pretrain", "parameters_pretrain_stable.yml", schedule="cosine")
     a = params("anneal", "parameters_anneal.yml")
-    stable = stable_config(p, MANIFEST, tmp_path, {})
+    stable = stable_config(p, MANIFEST, tmp_path, PROV)
     assert not stable.stop_rule.auto and stable.stop_rule.planned_step == 640
     cfg = anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {})
     assert cfg.schedule == "cosine" and cfg.end_step == p.total_steps

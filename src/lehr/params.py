@@ -139,7 +139,7 @@ class LaunchParams:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainParams:
-    run_name: str  # rolling checkpoints live in data/06_models/stable_run/<run_name>; a resume must match its config
+    run_name: str  # data/06_models/stable_run/<run_name>; "" = a folder keyed by the run's config and data
     model: ModelParams
     seed: int  # model init
     data_seed: int  # training windows of the stable phase

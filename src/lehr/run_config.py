@@ -3,6 +3,7 @@ meets the engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -39,21 +40,41 @@ def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) 
     )
 
 
-def stable_config(p: PretrainParams, manifest: dict, run_dir: Path, provenance: dict) -> TrainConfig:
-    """Warmup + stable LR until the anneal start (planned, or decided by auto-anneal)."""
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def stable_config(p: PretrainParams, manifest: dict, runs_root: Path, provenance: dict) -> TrainConfig:
+    """Warmup + stable LR until the anneal start (planned, or decided by auto-anneal).
+
+    The rolling checkpoints go to ``runs_root/<run_name>``; with no run name, to a folder keyed by
+    everything that shapes the run (math, stop rule, budget, data), so a `dvc exp run` with other
+    stable params starts its own run instead of tripping over another's checkpoints, and the same
+    params resume. A pinned run name resumes only under the config that made it (the engine's rule).
+    """
     aa = p.auto_anneal
     rule = StopRule(
         planned_step=p.planned_anneal_step,
         min_step=int(p.total_steps * aa.min_fraction), max_step=int(p.total_steps * aa.max_fraction),
         auto=aa.enabled and p.schedule == "wsd",  # the cosine baseline stops where planned: equal tokens
-        stall_window=aa.stall_window, stall_eps=aa.stall_eps, save_to=str(run_dir / "pre_anneal"),
+        stall_window=aa.stall_window, stall_eps=aa.stall_eps, save_to="",
     )
-    return TrainConfig(**_shared(p, manifest, run_dir, provenance), data_seed=p.data_seed, min_lr=p.min_lr,
-                       eval_every=p.eval_every, stop_rule=rule)
+    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance), data_seed=p.data_seed, min_lr=p.min_lr,
+                      eval_every=p.eval_every, stop_rule=rule)
+    name = p.run_name or "auto-" + _key(cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"])
+    run_dir = runs_root / name
+    return dataclasses.replace(cfg, out_dir=str(run_dir),
+                               stop_rule=dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal")))
 
 
 def decay_steps(p: PretrainParams, a: AnnealParams) -> int:
     return a.decay_steps or max(1, round(a.decay_fraction * p.total_steps))
+
+
+def anneal_run_dir(runs_root: Path, branch: str, pre_anneal: Path) -> Path:
+    """A branch's rolling checkpoints, keyed by the ``pre_anneal`` it grew from: after a new stable
+    phase the branch starts afresh from the new branch point instead of resuming the old one."""
+    return runs_root / f"{branch}-{_key((pre_anneal / 'state.json').read_text())}"
 
 
 def branch_name(p: PretrainParams, a: AnnealParams) -> str:

@@ -8,13 +8,13 @@ import pandas as pd
 
 from lehr import provenance
 from lehr.params import AnnealParams, PretrainParams
-from lehr.run_config import anneal_config, branch_name, read_curve, run_engine
+from lehr.run_config import anneal_config, anneal_run_dir, branch_name, read_curve, run_engine
 
 
 def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams,
                  anneal: AnnealParams) -> tuple[dict, dict]:
     branch = branch_name(pretrain, anneal)
-    run_dir = anneal_runs / branch
+    run_dir = anneal_run_dir(anneal_runs, branch, pre_anneal)
     cfg = anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, provenance.collect("anneal", shards))
     summary = run_engine(cfg, pretrain)
     return {"branch": branch, "run_dir": str(run_dir)}, {**summary, "branch": branch}

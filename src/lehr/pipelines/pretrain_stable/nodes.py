@@ -12,7 +12,7 @@ from lehr.run_config import read_curve, run_engine, stable_config
 
 
 def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[Path, dict]:
-    cfg = stable_config(params, shards, run_dir / params.run_name, provenance.collect("pretrain-stable", shards))
+    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain-stable", shards))
     summary = run_engine(cfg, params)
     return Path(summary["pre_anneal"]), summary
 
