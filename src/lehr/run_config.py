@@ -74,7 +74,8 @@ def decay_steps(p: PretrainParams, a: AnnealParams) -> int:
 def anneal_run_dir(runs_root: Path, branch: str, pre_anneal: Path) -> Path:
     """A branch's rolling checkpoints, keyed by the ``pre_anneal`` it grew from: after a new stable
     phase the branch starts afresh from the new branch point instead of resuming the old one."""
-    return runs_root / f"{branch}-{_key((pre_anneal / 'state.json').read_text())}"
+    files = json.loads((pre_anneal / "state.json").read_text())["files"]  # sha256 of weights, optimizer, RNG
+    return runs_root / f"{branch}-{_key(files)}"
 
 
 def branch_name(p: PretrainParams, a: AnnealParams) -> str:
