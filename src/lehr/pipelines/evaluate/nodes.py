@@ -46,7 +46,7 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
     names = chosen_branches(branches, pretrain, anneal, params)
     hw = resolve(pretrain.device, pretrain.precision, None)
     models = {"pre_anneal": pre_anneal, **{f"branches.{b}": branches[b] / "final" for b in names}}
-    first = load_model(pre_anneal, hw.device)
+    first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
     shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
     held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
     tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
@@ -54,7 +54,7 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
         [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size))}
     samples = []
     for name, path in models.items():
-        model = load_model(path, hw.device)
+        model = first if path == pre_anneal else load_model(path, hw.device)
         with torch.no_grad():
             result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
         node = metrics
