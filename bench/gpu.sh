@@ -3,7 +3,8 @@
 #   bash bench/gpu.sh            (from the repository root, with torch for CUDA installed)
 # Prints, for the ~124M gpt2-small preset in bf16: tokens/s, MFU and peak memory of lehr's loop vs
 # a bare loop, without and with torch.compile (goal: MFU >= 50% on an H200), and a short 2-stage
-# smoke of the engine on CUDA (fused AdamW, NCCL-free single process, exact resume).
+# smoke of the engine on CUDA (fused AdamW, NCCL-free single process, exact resume), and the
+# synchronizing CUDA operations between two log steps (goal: the one read of the log step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -17,5 +18,8 @@ echo "== gpt2-small, bf16, eager =="
 $PY bench/train_loop.py "${common[@]}"
 echo "== gpt2-small, bf16, torch.compile =="
 $PY bench/train_loop.py "${common[@]}" --compile
-echo "== engine tests on CUDA (resume exactness, guards) =="
-$PY -m pytest -q tests/engine/test_resume.py::test_in_process_stop_and_resume_is_exact tests/engine/test_guards.py
+echo "== synchronizing CUDA operations per log interval (goal: 1) =="
+$PY bench/syncs.py
+echo "== engine tests on CUDA (resume exactness, guards, one read per log step) =="
+$PY -m pytest -q tests/engine/test_resume.py::test_in_process_stop_and_resume_is_exact tests/engine/test_guards.py \
+  tests/engine/test_host_syncs.py

@@ -64,7 +64,7 @@ def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
     hw = resolve(cfg.device, cfg.precision, None)
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(hw.device)
-    opt = build_optimizer(model, cfg, hw.device)
+    opt = build_optimizer(model, cfg)
     fwd = torch.compile(model) if cfg.compile else model
     stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)
     batches = [stream.next_batches(cfg.batch_size, MIX, 0, 1, cfg.micro_batch, hw.device) for _ in range(8)]
@@ -96,7 +96,7 @@ def data_share(cfg: TrainConfig, step_seconds: float) -> float:
 
 def checkpoint_seconds(cfg: TrainConfig, out: Path) -> tuple[float, float]:
     model = Transformer(cfg.model)
-    opt = build_optimizer(model, cfg, torch.device("cpu"))
+    opt = build_optimizer(model, cfg)
     model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long))[1].backward()
     opt.step()
     t0 = time.perf_counter()

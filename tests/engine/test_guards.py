@@ -3,9 +3,13 @@ checkpoint as it was; the config validates its own values."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from lehr.engine.checkpoint import Rolling
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lehr.engine.checkpoint import Rolling, load_optimizer
 from lehr.engine.loop import FAULT_ENV, DivergedError, train
 
 
@@ -13,6 +17,11 @@ def test_a_non_finite_step_is_skipped_and_counted(tiny_config, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "7")
     summary = train(tiny_config(total_steps=12))
     assert summary["skips_total"] == 1 and summary["step"] == 12
+    # The skipped update left AdamW's own step counter (and so its bias correction) behind by one.
+    opt = load_optimizer(Path(summary["final"]), torch.device("cpu"))["optimizer"]
+    assert {float(s["step"]) for s in opt["state"].values()} == {11.0}
+    weights = load_file(Path(summary["final"]) / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())
 
 
 def test_consecutive_non_finite_steps_abort_and_keep_the_last_checkpoint(tiny_config, tmp_path, monkeypatch):

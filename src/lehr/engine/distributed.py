@@ -21,6 +21,7 @@ class Dist:
     rank: int
     local_rank: int
     world: int
+    host_group: object = None  # a gloo group for flags the hosts agree on; None: the default group
 
     @property
     def is_main(self) -> bool:
@@ -47,7 +48,10 @@ def setup(device: str) -> Dist:
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend, store=dist.PrefixStore(f"lehr/restart{restart}", store), rank=rank,
                             world_size=world, timeout=timeout)
-    return Dist(rank, int(os.environ.get("LOCAL_RANK", 0)), world)
+    # Agreeing on a host flag over NCCL would mean a device tensor and a device sync; over gloo it
+    # is a few bytes between the hosts while the GPU queue keeps running.
+    host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
+    return Dist(rank, int(os.environ.get("LOCAL_RANK", 0)), world, host_group)
 
 
 def teardown(d: Dist) -> None:
@@ -55,12 +59,12 @@ def teardown(d: Dist) -> None:
         dist.destroy_process_group()
 
 
-def any_rank(flag: bool, d: Dist, device: torch.device) -> bool:
-    """True on every rank if ``flag`` is true on any (one tiny all-reduce; a host sync)."""
+def any_rank(flag: bool, d: Dist) -> bool:
+    """True on every rank if ``flag`` is true on any: one tiny all-reduce between hosts, no device sync."""
     if not d.enabled:
         return flag
-    t = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    t = torch.tensor([int(flag)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=d.host_group)
     return bool(t.item())
 
 

@@ -1,14 +1,14 @@
 """The training loop: one function that trains a ``TrainConfig`` from wherever it should start.
 
-Step order (one host sync per step, for the skip decision): set LR -> micro-batches (autocast
-forward, scaled loss, backward; DDP ``no_sync`` on all but the last) -> unscale, clip -> optimizer
-step, or skip on a non-finite grad norm -> zero grad -> log / eval / checkpoint at intervals.
+Step order: set LR -> micro-batches (autocast forward, scaled loss, backward; DDP ``no_sync`` on all
+but the last) -> unscale, clip -> fused AdamW step, which skips itself on a non-finite grad norm ->
+zero grad -> log / eval / checkpoint at intervals. Loss, grad norm and skip counts stay on the
+device; the host reads them once per sync point (a log, eval or checkpoint step, or the end).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ from lehr.engine import checkpoint, distributed
 from lehr.engine.config import TrainConfig, math_diff
 from lehr.engine.data import ShardSet, TrainStream, manifest_sha256
 from lehr.engine.evaluation import HeldOut, evaluate, sample_text, stalled
+from lehr.engine.guard import NonFiniteGuard
 from lehr.engine.hardware import memory_report, resolve
 from lehr.engine.metrics import RunLog, load_callbacks
 from lehr.engine.model import Transformer
@@ -49,12 +50,13 @@ class Progress:
     skips_total: int = 0
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     # Decay matrices only: norm gains are not capacity, and decaying them distorts normalisation.
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=device.type == "cuda")
+    # Fused on every device: one kernel per step, and it honours ``found_inf`` (see guard.py).
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
 
 
 def anneal_mix(cfg: TrainConfig, step: int, anneal_start: int | None) -> dict[str, float]:
@@ -83,7 +85,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     data_hash = manifest_sha256(cfg.shards)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
-    optimizer = build_optimizer(model, cfg, hw.device)
+    optimizer = build_optimizer(model, cfg)
     scaler = hw.grad_scaler()
     stream = TrainStream(shards, cfg.model.seq_len, cfg.data_seed)
     rolling = checkpoint.Rolling(out_dir / "checkpoints", cfg.keep_last)
@@ -174,7 +176,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
             if rule is None:  # anneal runs keep their best weights; the stable phase hands on pre_anneal
                 save(out_dir / "best")
 
-    stop_reason, consecutive_skips = None, 0
+    stop_reason, guard = None, NonFiniteGuard(hw.device)
     t_last, steps_since_log = time.perf_counter(), 0
     with GracefulStop() as signals:
         while prog.step < end_step():
@@ -186,7 +188,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
                 group["lr"] = lr
             batches = stream.next_batches(cfg.batch_size, anneal_mix(cfg, step, anneal_start), d.rank, d.world,
                                           cfg.micro_batch, hw.device)
-            step_loss = torch.zeros((), device=hw.device)  # stays on the device until a log step
+            step_loss = torch.zeros((), device=hw.device)  # stays on the device until a sync point
             try:
                 for i, (x, y) in enumerate(batches):
                     sync = model.no_sync() if d.enabled and i < len(batches) - 1 else contextlib.nullcontext()
@@ -205,41 +207,44 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
                 ) from e
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(core.parameters(), cfg.grad_clip or float("inf"))
-            # The one host sync of a step: skipping a non-finite update needs the norm on the host.
-            finite = math.isfinite(grad_norm.item())
-            if finite or hw.precision == "fp16":  # fp16: the scaler skips and lowers its scale itself
-                scaler.step(optimizer)
-                scaler.update()
-            if finite:
-                consecutive_skips = 0
-            else:
-                consecutive_skips += 1
-                prog.skips_total += 1
-                log.info("step %d: non-finite grad norm, update skipped (%d in a row, %d in all)",
-                         step, consecutive_skips, prog.skips_total)
-                if consecutive_skips >= cfg.max_consecutive_skips and hw.precision != "fp16":
-                    log.close()
-                    raise DivergedError(
-                        f"{consecutive_skips} consecutive non-finite steps (last {step}): the run diverged. The "
-                        f"last good checkpoint in {rolling.root} is untouched; resume with a lower lr."
-                    )
+            found_inf = guard.observe(grad_norm)
+            if not scaler.is_enabled():  # fp16: the scaler hands the optimizer its own found_inf
+                optimizer.found_inf = found_inf
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             prog.step += 1
             prog.tokens += cfg.batch_size * cfg.model.seq_len
             steps_since_log += 1
 
-            if prog.step % cfg.log_every == 0 or prog.step == end_step():
+            stopping = distributed.any_rank(signals.requested is not None, d)
+            is_log = prog.step % cfg.log_every == 0
+            if (is_log or prog.step % cfg.eval_every == 0 or prog.step % cfg.ckpt_every == 0 or stopping
+                    or prog.step >= end_step()):
                 if hw.device.type == "cuda":
-                    torch.cuda.synchronize()
-                dt = time.perf_counter() - t_last
-                tok_s = steps_since_log * cfg.batch_size * cfg.model.seq_len / dt
-                mfu = (flops_per_step * steps_since_log / dt / (hw.peak_tflops * 1e12 * d.world)
-                       if hw.peak_tflops else None)
-                # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
-                log.step({"step": prog.step, "kind": "train", "loss": step_loss.item(), "lr": lr,
-                          "grad_norm": grad_norm.item(), "tok_per_s": tok_s, "mfu": mfu, "tokens": prog.tokens,
-                          "mem": memory_report(hw.device)})
-                t_last, steps_since_log = time.perf_counter(), 0
+                    torch.cuda.synchronize()  # the sync point: timings below are of finished work
+                loss_v, norm_v, skipped, longest = torch.stack([step_loss, grad_norm, *guard.counts()]).tolist()
+                guard.reset_window()
+                if skipped:
+                    prog.skips_total += int(skipped)
+                    log.info("%d update(s) skipped for a non-finite grad norm by step %d (longest run %d, "
+                             "%d in all)", skipped, prog.step, longest, prog.skips_total)
+                    # fp16 overflows are routine: the scaler lowers its scale and carries on.
+                    if longest >= cfg.max_consecutive_skips and hw.precision != "fp16":
+                        log.close()
+                        raise DivergedError(
+                            f"{int(longest)} consecutive non-finite steps (by step {prog.step}): the run diverged. "
+                            f"The last good checkpoint in {rolling.root} is untouched; resume with a lower lr."
+                        )
+                if is_log or prog.step >= end_step():
+                    dt = time.perf_counter() - t_last
+                    tok_s = steps_since_log * cfg.batch_size * cfg.model.seq_len / dt
+                    mfu = (flops_per_step * steps_since_log / dt / (hw.peak_tflops * 1e12 * d.world)
+                           if hw.peak_tflops else None)
+                    # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
+                    log.step({"step": prog.step, "kind": "train", "loss": loss_v, "lr": lr, "grad_norm": norm_v,
+                              "tok_per_s": tok_s, "mfu": mfu, "tokens": prog.tokens, "mem": memory_report(hw.device)})
+                    t_last, steps_since_log = time.perf_counter(), 0
 
             if prog.step % cfg.eval_every == 0:
                 run_eval()
@@ -262,7 +267,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
             if prog.step % cfg.ckpt_every == 0:
                 save()
                 t_last = time.perf_counter()
-            if distributed.any_rank(signals.requested is not None, d, hw.device):
+            if stopping:
                 stop_reason = "signal"
             if stop_reason:
                 break
