@@ -175,19 +175,30 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, repo, corpus_
     for stage in ("tokenize", "shard"):
         sh(other, "dvc", "repro", stage)
     runs = other / "data/06_models/stable_run"
-    proc = subprocess.Popen(["dvc", "repro", "pretrain-stable"], cwd=other, env=env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(["dvc", "repro", "pretrain-stable"], cwd=other, env={**env(), **MLFLOW},
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not list(runs.glob("*/checkpoints/latest")):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list(runs.glob("*/checkpoints/latest")), "the stage never wrote a checkpoint"
-    out = sh(other, "dvc", "repro", "pretrain-stable")
+    out = sh(other, "dvc", "repro", "pretrain-stable", extra_env=MLFLOW)
     assert "resumed from checkpoint" in out.stderr
     a = load_file(repo.parent / "uninterrupted_pre_anneal.safetensors")
     b = load_file(other / "data/06_models/pre_anneal/model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
+    # MLflow: the killed attempt is closed as KILLED and linked; the finished one holds the whole
+    # curve (the history kept before the kill, replayed), the same as the uninterrupted run's.
+    runs, client = runs_of(other)
+    attempts = runs[runs["tags.lehr.stage"] == "pretrain_stable"].sort_values("start_time")
+    assert list(attempts["status"]) == ["KILLED", "FINISHED"]
+    assert attempts["tags.lehr.run_dir"].nunique() == 1
+    assert attempts.iloc[1]["tags.lehr.earlier_attempts"] == attempts.iloc[0]["run_id"]
+    ref_runs, ref_client = runs_of(repo)
+    ref = ref_runs[ref_runs["tags.lehr.stage"] == "pretrain_stable"].sort_values("start_time").iloc[0]
+    curve = [(m.step, m.value) for m in client.get_metric_history(attempts.iloc[1]["run_id"], "train.loss")]
+    assert sorted(curve) == sorted((m.step, m.value) for m in ref_client.get_metric_history(ref["run_id"], "train.loss"))
     # ...and a from-scratch rebuild gave byte-identical tokenizer and shards.
     tokenizer = "data/02_intermediate/tokenizer.json"
     assert (repo / tokenizer).read_bytes() == (other / tokenizer).read_bytes()

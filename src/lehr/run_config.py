@@ -106,6 +106,7 @@ def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal
 def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
     """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
     (its checkpoint is saved, and running the stage again resumes it)."""
+    tracking.mark_attempt(cfg.out_dir)
     summary = distributed.run(cfg.to_dict(), distributed.Launch(**vars(params.launch)), [tracking.CALLBACK],
                               tracking.current_run_env())
     if summary["stopped"] == "signal":

@@ -34,6 +34,26 @@ def current_run_env() -> dict[str, str]:
     return {RUN_ID_ENV: run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
 
 
+def mark_attempt(run_dir: str) -> None:
+    """Tag the stage's MLflow run with its rolling folder, and close earlier attempts on that folder
+    that a kill left RUNNING: a folder has one writer at a time, so they are dead. The engine replays
+    the kept history into this run, which alone then holds the whole curve."""
+    if "mlflow" not in sys.modules:
+        return
+    import mlflow
+
+    run = mlflow.active_run()
+    if run is None:
+        return
+    client = mlflow.MlflowClient()
+    earlier = [r for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_dir` = '{run_dir}'")
+               if r.info.run_id != run.info.run_id]
+    for r in earlier:
+        if r.info.status == "RUNNING":
+            client.set_terminated(r.info.run_id, "KILLED")
+    mlflow.set_tags({"lehr.run_dir": run_dir, "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier)})
+
+
 def mlflow_forwarder():
     run_id = _active_run_id()
     if not run_id:

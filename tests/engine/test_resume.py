@@ -47,6 +47,24 @@ def test_in_process_stop_and_resume_is_exact(tiny_config, tmp_path):
     assert train_curve(tmp_path / "a") == train_curve(tmp_path / "b")
 
 
+SEEN: list[dict] = []
+
+
+def collector():
+    """Engine callback factory, named as ``tests.engine.test_resume:collector``."""
+    return SEEN.append
+
+
+def test_a_resumed_run_hands_its_callbacks_the_whole_history(tiny_config, tmp_path):
+    run = dict(out_dir=str(tmp_path / "run"), total_steps=30)
+    train(tiny_config(**run, end_step=17))
+    SEEN.clear()
+    train(tiny_config(**run), [f"{__name__}:collector"])
+    history = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert SEEN == history
+    assert [r["step"] for r in SEEN if r["kind"] == "train"] == [5, 10, 15, 17, 20, 25, 30]
+
+
 def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_path):
     cfg_path = tmp_path / "job.json"
     straight = tmp_path / "straight"

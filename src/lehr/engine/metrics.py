@@ -33,16 +33,22 @@ class RunLog:
         self.enabled, self.callbacks = enabled, callbacks
         self.bar = None
         if enabled:
-            self._truncate_after(start)
+            # A resumed run hands its callbacks the history it kept, so a tracker opened for this
+            # attempt holds the whole curve, not only the steps trained since the restart.
+            for rec in self._truncate_after(start):
+                for cb in self.callbacks:
+                    cb(rec)
             if sys.stderr.isatty():
                 self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
-    def _truncate_after(self, step: int) -> None:
-        """Drop records past the resume point: those steps are about to be trained again."""
+    def _truncate_after(self, step: int) -> list[dict]:
+        """Drop records past the resume point (those steps are about to be trained again); returns the rest."""
         if not self.path.is_file():
-            return
-        keep = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        write_text_atomic(self.path, "".join(line + "\n" for line in keep))
+            return []
+        keep = [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        keep = [rec for rec in keep if rec["step"] <= step]
+        write_text_atomic(self.path, "".join(json.dumps(rec) + "\n" for rec in keep))
+        return keep
 
     def record(self, rec: dict) -> None:
         if not self.enabled:
