@@ -41,7 +41,8 @@ def config(args, shards: Path, out: Path) -> TrainConfig:
     return TrainConfig(model=model, shards=str(shards), out_dir=str(out), seed=0, data_seed=1,
                        batch_size=args.batch, micro_batch=args.micro, stable_mix=MIX, total_steps=args.warmup + args.steps,
                        warmup_steps=10, eval_every=10**9, ckpt_every=10**9, log_every=args.warmup, eval_windows=1,
-                       sample_tokens=0, precision=args.precision, device=args.device, compile=args.compile)
+                       sample_tokens=0, precision=args.precision, device=args.device, compile=args.compile,
+                       attention=args.attention)
 
 
 RECORDS: list[dict] = []
@@ -61,7 +62,7 @@ def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
 
 
 def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
-    hw = resolve(cfg.device, cfg.precision, None)
+    hw = resolve(cfg.device, cfg.precision, None, attention=cfg.attention)
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(hw.device)
     opt = build_optimizer(model, cfg)
@@ -75,7 +76,7 @@ def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
         for x, y in batches[i % len(batches)]:
-            with hw.autocast():
+            with hw.compute():
                 _, loss = fwd(x, y)
             (loss / accum).backward()
         opt.step()
@@ -87,7 +88,7 @@ def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
 
 def data_share(cfg: TrainConfig, step_seconds: float) -> float:
     stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)
-    device = resolve(cfg.device, cfg.precision, None).device
+    device = resolve(cfg.device, cfg.precision, None, attention=cfg.attention).device
     t0 = time.perf_counter()
     for _ in range(20):
         stream.next_batches(cfg.batch_size, MIX, 0, 1, cfg.micro_batch, device)
@@ -123,6 +124,7 @@ def main() -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--attention", default="auto", help="SDPA kernel: auto | flash | efficient | cudnn | math")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,9 +140,10 @@ def main() -> None:
         step_s = cfg.batch_size * cfg.model.seq_len / lehr_med
         save_s, load_s = checkpoint_seconds(cfg, tmp)
         n_params = Transformer(cfg.model).num_parameters()
+        hw = resolve(cfg.device, cfg.precision, None, attention=cfg.attention)
         print(f"model {args.preset} ({n_params / 1e6:.1f}M params), batch {cfg.batch_size} x {cfg.model.seq_len} tokens, "
-              f"micro {cfg.micro_batch}, device {resolve(cfg.device, cfg.precision, None).name}, "
-              f"precision {resolve(cfg.device, cfg.precision, None).precision}, compile {cfg.compile}")
+              f"micro {cfg.micro_batch}, device {hw.name}, precision {hw.precision}, compile {cfg.compile}, "
+              f"attention {hw.attention}")
         print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in lehr)})")
         print(f"bare loop     {bare_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")
         print(f"ratio lehr/bare  {lehr_med / bare_med:.3f}x   (goal >= 0.97x)")

@@ -157,6 +157,7 @@ class PretrainParams:
     auto_anneal: AutoAnnealParams
     precision: typing.Literal["auto", "bf16", "fp16", "fp32"]
     compile: bool  # torch.compile the training step (GPU)
+    attention: typing.Literal["auto", "flash", "efficient", "cudnn", "math"]  # SDPA kernel; auto = PyTorch picks
     device: typing.Literal["auto", "cpu", "cuda"]
     log_every: int  # steps
     eval_every: int  # steps

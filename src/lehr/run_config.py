@@ -34,6 +34,7 @@ def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) 
         batch_size=p.batch_size, micro_batch=p.micro_batch, stable_mix=p.stable_mix, lr=p.lr,
         warmup_steps=p.warmup_steps, weight_decay=p.weight_decay, grad_clip=p.grad_clip, schedule=p.schedule,
         total_steps=p.total_steps, precision=p.precision, compile=p.compile, device=p.device,
+        attention=p.attention,
         log_every=p.log_every, eval_windows=p.eval_windows, sample_tokens=p.sample_tokens,
         ckpt_every=p.ckpt_every, keep_last=p.keep_last, max_consecutive_skips=p.max_consecutive_skips,
         provenance=provenance,

@@ -41,6 +41,7 @@ def test_consecutive_non_finite_steps_abort_and_keep_the_last_checkpoint(tiny_co
     ({"lr": -1e-3}, "lr must be positive"),
     ({"batch_size": 6, "micro_batch": 4}, "batch_size 6 is not a multiple of micro_batch 4"),
     ({"decay_shape": "sqrt"}, "decay_shape must be one of"),
+    ({"attention": "fast"}, "attention must be auto or one of flash, efficient, cudnn, math"),
 ])
 def test_config_rejects_bad_values(tiny_config, change, message):
     with pytest.raises(ValueError, match=message):

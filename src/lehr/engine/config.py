@@ -7,6 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
 from lehr.engine.schedule import SHAPES
 
@@ -16,7 +17,7 @@ RESUMABLE_FIELDS = frozenset({
     "out_dir", "shards", "total_steps", "stop_rule", "end_step", "log_every", "eval_every",
     "eval_windows", "sample_tokens", "sample_prompt", "ckpt_every", "keep_last", "compile",
     "device", "peak_tflops", "patience", "patience_from_step", "init_from", "init_optimizer",
-    "micro_batch", "max_consecutive_skips", "provenance",
+    "micro_batch", "max_consecutive_skips", "provenance", "attention",
 })
 
 
@@ -62,6 +63,7 @@ class TrainConfig:
     init_optimizer: bool = True  # branch with the optimizer state too
     precision: str = "auto"  # auto | bf16 | fp16 | fp32
     compile: bool = False  # torch.compile the training step
+    attention: str = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math (same math, other kernels)
     device: str = "auto"  # auto | cpu | cuda
     peak_tflops: float | None = None  # MFU denominator; None = from the hardware profile
     log_every: int = 10  # steps between log lines
@@ -90,6 +92,7 @@ class TrainConfig:
             (self.schedule in ("wsd", "cosine"), f"schedule must be wsd or cosine, got {self.schedule!r}"),
             (self.decay_shape in SHAPES, f"decay_shape must be one of {SHAPES}, got {self.decay_shape!r}"),
             (self.precision in ("auto", "bf16", "fp16", "fp32"), f"unknown precision {self.precision!r}"),
+            (self.attention in ("auto", *ATTENTION), f"attention must be auto or one of {', '.join(ATTENTION)}"),
             (self.total_steps > 0 and self.warmup_steps >= 0, "total_steps must be positive"),
             (bool(self.stable_mix) and all(w >= 0 for w in self.stable_mix.values())
              and sum(self.stable_mix.values()) > 0, "stable_mix needs a positive weight"),

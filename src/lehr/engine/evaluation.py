@@ -43,12 +43,13 @@ def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: i
     out: dict[str, float] = {}
     nats_total, bytes_total, tokens_total = 0.0, 0.0, 0
     for name, windows in held.windows.items():
-        nats = 0.0
+        nats_t = torch.zeros((), device=hw.device, dtype=torch.float64)  # one host read per source
         for i in range(0, len(windows), micro_batch):
             w = torch.from_numpy(windows[i:i + micro_batch]).to(hw.device)
-            with hw.autocast():
+            with hw.compute():
                 _, loss = model(w[:, :-1], w[:, 1:])
-            nats += loss.item() * w[:, 1:].numel()
+            nats_t += loss.detach().double() * w[:, 1:].numel()
+        nats = nats_t.item()
         n_tokens = windows[:, 1:].size
         loss = nats / n_tokens
         out[f"{name}.loss"] = loss

@@ -1,15 +1,21 @@
-"""Hardware profiles: device, precision, autocast, grad scaler and the MFU denominator."""
+"""Hardware profiles: device, precision, attention kernel, grad scaler and the MFU denominator."""
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # Dense bf16/fp16 tensor-core peaks in TFLOP/s (vendor datasheets, without sparsity).
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0,
                "4090": 165.0, "3090": 71.0}
+# SDPA kernels by name; "auto" leaves the choice to PyTorch (flash where it can, else the next best).
+ATTENTION = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 
 
 @dataclass(frozen=True)
@@ -18,19 +24,28 @@ class Hardware:
     precision: str  # bf16 | fp16 | fp32, resolved
     peak_tflops: float | None  # None where no honest figure is known (CPUs): MFU is not reported
     name: str
+    attention: str = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math
 
-    def autocast(self):
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
+    @property
+    def dtype(self) -> torch.dtype:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
+
+    def compute(self) -> contextlib.ExitStack:
+        """The context of every forward pass: autocast to the precision, and the attention kernel."""
+        stack = contextlib.ExitStack()
+        if self.precision != "fp32":
+            stack.enter_context(torch.autocast(self.device.type, dtype=self.dtype))
+        if self.attention != "auto":
+            stack.enter_context(sdpa_kernel(ATTENTION[self.attention]))
+        return stack
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         # fp16 needs loss scaling; bf16 and fp32 run the same code path with scaling disabled.
         return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
 
-def resolve(device: str, precision: str, peak_tflops: float | None, local_rank: int = 0) -> Hardware:
+def resolve(device: str, precision: str, peak_tflops: float | None, local_rank: int = 0,
+            attention: str = "auto") -> Hardware:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
@@ -52,7 +67,24 @@ def resolve(device: str, precision: str, peak_tflops: float | None, local_rank: 
             precision = "fp32"
         if precision == "fp16":
             raise ValueError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
-    return Hardware(dev, precision, peak_tflops, name)
+    hw = Hardware(dev, precision, peak_tflops, name, attention)
+    if attention != "auto":
+        _probe_attention(hw)
+    return hw
+
+
+def _probe_attention(hw: Hardware) -> None:
+    """Fail at start, naming the setting, rather than at the first step with "No available kernel"."""
+    if hw.attention not in ATTENTION:
+        raise ValueError(f"unknown attention kernel {hw.attention!r}; choose auto or one of {', '.join(ATTENTION)}")
+    q = torch.zeros(1, 2, 16, 64, device=hw.device, dtype=hw.dtype)
+    try:
+        with warnings.catch_warnings(), sdpa_kernel(ATTENTION[hw.attention]):
+            warnings.simplefilter("ignore")  # torch warns each reason; the error below says it once
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    except RuntimeError as e:
+        raise ValueError(f"attention kernel {hw.attention!r} cannot run on {hw.name} in {hw.precision} "
+                         f"({str(e).splitlines()[0]}); use attention: auto") from e
 
 
 def memory_report(device: torch.device) -> str:

@@ -78,7 +78,7 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
 
 
 def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
-    hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, d.local_rank)
+    hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, d.local_rank, cfg.attention)
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shards = ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len)
@@ -193,7 +193,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
                 for i, (x, y) in enumerate(batches):
                     sync = model.no_sync() if d.enabled and i < len(batches) - 1 else contextlib.nullcontext()
                     with sync:
-                        with hw.autocast():
+                        with hw.compute():
                             _, loss = forward(x, y)
                         if step in faults:
                             loss = loss * float("nan")

@@ -44,7 +44,7 @@ def chosen_branches(branches: dict[str, Path], pretrain: PretrainParams, anneal:
 def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], pretrain: PretrainParams,
                     anneal: AnnealParams, params: EvaluateParams) -> tuple[dict, str]:
     names = chosen_branches(branches, pretrain, anneal, params)
-    hw = resolve(pretrain.device, pretrain.precision, None)
+    hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     models = {"pre_anneal": pre_anneal, **{f"branches.{b}": branches[b] / "final" for b in names}}
     first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
     shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
