@@ -4,6 +4,8 @@
     python -m lehr branches [--root DIR]    list the anneal branches side by side
     python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
     python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
+    python -m lehr runs                     the rolling run folders: step, state, use, size
+    python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
 """
 
 from __future__ import annotations
@@ -84,6 +86,37 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from lehr.run_folders import scan
+
+    folders = scan(Path(args.models))
+    if not folders:
+        print(f"no rolling run folders under {args.models}")
+        return 0
+    print(f"{'kind':7s} {'folder':36s} {'step':>6s} {'state':12s} {'in use':6s} {'MB':>9s}")
+    for f in folders:
+        print(f"{f.kind:7s} {f.path.name:36s} {f.step if f.step is not None else '-':>6} "
+              f"{'finished' if f.finished else 'in progress':12s} {'yes' if f.in_use else 'no':6s} {f.size / 1e6:9.1f}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from lehr.run_folders import prunable, remove, scan
+
+    doomed = prunable(scan(Path(args.models)), unfinished=args.unfinished)
+    if not doomed:
+        print("nothing to prune: every rolling folder is in use" + ("" if args.unfinished else " or unfinished"))
+        return 0
+    for f in doomed:
+        print(f"{'removing' if args.yes else 'would remove'} {f.path} ({f.size / 1e6:.1f} MB, "
+              f"{'finished' if f.finished else 'unfinished'})")
+        if args.yes:
+            remove(f)
+    total = sum(f.size for f in doomed) / 1e6
+    print(f"{'freed' if args.yes else 'would free'} {total:.1f} MB" + ("" if args.yes else "; run again with --yes"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lehr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hf", action="store_true", help="a Hugging Face LlamaForCausalLM folder (needs transformers)")
     p.add_argument("--tokenizer", default="data/04_feature/shards/tokenizer.json")
     p.set_defaults(func=_export)
+    p = sub.add_parser("runs", help="list the rolling run folders (resume points of each configuration)")
+    p.add_argument("--models", default="data/06_models")
+    p.set_defaults(func=_runs)
+    p = sub.add_parser("prune", help="remove rolling run folders that nothing in the workspace came from")
+    p.add_argument("--models", default="data/06_models")
+    p.add_argument("--unfinished", action="store_true", help="also runs that stopped part way (their progress is lost)")
+    p.add_argument("--yes", action="store_true", help="remove them; without it, only say what would go")
+    p.set_defaults(func=_prune)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

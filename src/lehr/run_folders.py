@@ -1,0 +1,59 @@
+"""The rolling run folders under ``data/06_models/{stable_run,anneal_runs}``: what each holds, and
+which can go.
+
+They are DVC outputs with ``persist: true, cache: false``: an interrupted stage resumes from them,
+and they are never cached or pushed, so every distinct configuration leaves one behind. A finished
+folder that neither the workspace's ``pre_anneal`` nor any of its anneal branches came from only
+saves re-training that configuration if it is run again; pruning trades that for disk.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = (("stable", "stable_run", "pre_anneal"), ("anneal", "anneal_runs", "final"))  # kind, folder, end marker
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+    kind: str  # stable | anneal
+    step: int | None  # step of the newest rolling checkpoint; None before the first
+    finished: bool  # the run reached its end (its pre_anneal / final is saved)
+    in_use: bool  # the workspace's pre_anneal or one of its anneal branches came from it
+    size: int  # bytes on disk
+
+
+def _origin(checkpoint: Path) -> Path | None:
+    state = checkpoint / "state.json"
+    return Path(json.loads(state.read_text())["config"]["out_dir"]).resolve() if state.is_file() else None
+
+
+def scan(models: Path) -> list[RunFolder]:
+    used = {_origin(models / "pre_anneal")} | {_origin(p / "final") for p in (models / "anneal").glob("*")}
+    found = []
+    for kind, sub, end in KINDS:
+        root = models / sub
+        for path in sorted(root.iterdir()) if root.is_dir() else []:
+            if not path.is_dir() or path.name.startswith("."):
+                continue
+            steps = sorted(int(p.name.split("_")[1]) for p in path.glob("checkpoints/step_*") if p.is_dir())
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            found.append(RunFolder(path, kind, steps[-1] if steps else None, (path / end / "state.json").is_file(),
+                                   path.resolve() in used, size))
+    return found
+
+
+def prunable(folders: list[RunFolder], unfinished: bool = False) -> list[RunFolder]:
+    """Never one in use; finished ones, and with ``unfinished`` also those that stopped part way."""
+    return [f for f in folders if not f.in_use and (f.finished or unfinished)]
+
+
+def remove(folder: RunFolder) -> None:
+    # Renamed first, so that an interrupted removal leaves no half folder a stage would resume from.
+    doomed = folder.path.with_name(f".{folder.path.name}.pruning")
+    folder.path.rename(doomed)
+    shutil.rmtree(doomed)

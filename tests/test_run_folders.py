@@ -1,0 +1,59 @@
+"""`python -m lehr runs` / `prune`: rolling folders are listed with their state, and pruning removes
+only finished ones that nothing in the workspace came from (unfinished ones only when asked)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lehr.__main__ import main
+
+
+def checkpoint(path: Path, out_dir: Path) -> None:
+    path.mkdir(parents=True)
+    (path / "state.json").write_text(json.dumps({"config": {"out_dir": str(out_dir)}}))
+    (path / "model.safetensors").write_bytes(b"\0" * 1000)
+
+
+def run_folder(models: Path, sub: str, name: str, steps: list[int], end: str | None) -> Path:
+    run = models / sub / name
+    for step in steps:
+        checkpoint(run / "checkpoints" / f"step_{step:08d}", run)
+    if end:
+        checkpoint(run / end, run)
+    return run
+
+
+def layout(tmp_path: Path) -> dict[str, Path]:
+    models = tmp_path / "06_models"
+    runs = {
+        "current": run_folder(models, "stable_run", "auto-current", [300, 400], "pre_anneal"),
+        "old": run_folder(models, "stable_run", "auto-old", [200], "pre_anneal"),
+        "killed": run_folder(models, "stable_run", "auto-killed", [100], None),
+        "branch": run_folder(models, "anneal_runs", "linear-b-1", [500], "final"),
+        "old_branch": run_folder(models, "anneal_runs", "linear-b-0", [500], "final"),
+    }
+    checkpoint(models / "pre_anneal", runs["current"])
+    checkpoint(models / "anneal" / "linear-b" / "final", runs["branch"])
+    return runs
+
+
+def test_runs_lists_state_use_and_size(tmp_path, capsys):
+    layout(tmp_path)
+    assert main(["runs", "--models", str(tmp_path / "06_models")]) == 0
+    rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["auto-current"][2:5] == ["400", "finished", "yes"]
+    assert rows["auto-killed"][2:5] == ["100", "in", "progress"] and rows["auto-killed"][5] == "no"
+    assert rows["linear-b-0"][0] == "anneal" and rows["linear-b-0"][4] == "no"
+
+
+def test_prune_says_first_then_removes_only_finished_folders_not_in_use(tmp_path, capsys):
+    runs = layout(tmp_path)
+    models = str(tmp_path / "06_models")
+    assert main(["prune", "--models", models]) == 0
+    assert "would remove" in capsys.readouterr().out and all(p.is_dir() for p in runs.values())
+    assert main(["prune", "--models", models, "--yes"]) == 0
+    assert sorted(name for name, p in runs.items() if not p.exists()) == ["old", "old_branch"]
+    assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
+    assert sorted(name for name, p in runs.items() if p.exists()) == ["branch", "current"]
+    assert not list((tmp_path / "06_models").rglob(".*.pruning"))
