@@ -15,7 +15,10 @@ COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".telemetry", "conf", "src
 
 def env() -> dict[str, str]:
     bin_dir = str(Path(os.sys.executable).parent)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KEDRO_DISABLE_TELEMETRY": "1",
+    # mlflow.set_tracking_uri() in this process exports MLFLOW_TRACKING_URI; each throwaway repo
+    # keeps its own store, so neither that nor a run id may leak into the commands run there.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID")}
+    return {**inherited, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KEDRO_DISABLE_TELEMETRY": "1",
             "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PYTHONWARNINGS": "ignore",
             # MLflow costs ~6 s per stage run; tests/test_tracking.py turns it back on.
