@@ -26,7 +26,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from synthetic import synthetic_shards  # noqa: E402
 
-from lehr.engine import checkpoint  # noqa: E402
+from lehr.engine import checkpoint, fp8  # noqa: E402
 from lehr.engine.config import TrainConfig  # noqa: E402
 from lehr.engine.data import ShardSet, TrainStream  # noqa: E402
 from lehr.engine.hardware import resolve  # noqa: E402
@@ -65,6 +65,8 @@ def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
     hw = resolve(cfg.device, cfg.precision, None, attention=cfg.attention)
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(hw.device)
+    if hw.precision == "fp8":
+        fp8.convert(model)
     opt = build_optimizer(model, cfg)
     fwd = torch.compile(model) if cfg.compile else model
     stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)

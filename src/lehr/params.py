@@ -155,7 +155,7 @@ class PretrainParams:
     total_steps: int  # nominal budget in optimizer steps, stable + anneal
     decay_fraction: float  # of total_steps spent decaying; the planned anneal starts at 1 - this
     auto_anneal: AutoAnnealParams
-    precision: typing.Literal["auto", "bf16", "fp16", "fp32"]
+    precision: typing.Literal["auto", "bf16", "fp16", "fp32", "fp8"]  # fp8: torchao, the [fp8] extra
     compile: bool  # torch.compile the training step (GPU)
     attention: typing.Literal["auto", "flash", "efficient", "cudnn", "math"]  # SDPA kernel; auto = PyTorch picks
     device: typing.Literal["auto", "cpu", "cuda"]

@@ -61,7 +61,7 @@ class TrainConfig:
     stop_rule: StopRule | None = None  # stable phase only
     init_from: str | None = None  # checkpoint to branch from when out_dir holds none
     init_optimizer: bool = True  # branch with the optimizer state too
-    precision: str = "auto"  # auto | bf16 | fp16 | fp32
+    precision: str = "auto"  # auto | bf16 | fp16 | fp32 | fp8 (block matmuls in FP8 through torchao)
     compile: bool = False  # torch.compile the training step
     attention: str = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math (same math, other kernels)
     device: str = "auto"  # auto | cpu | cuda
@@ -91,7 +91,7 @@ class TrainConfig:
              f"batch_size {self.batch_size} is not a multiple of micro_batch {self.micro_batch}"),
             (self.schedule in ("wsd", "cosine"), f"schedule must be wsd or cosine, got {self.schedule!r}"),
             (self.decay_shape in SHAPES, f"decay_shape must be one of {SHAPES}, got {self.decay_shape!r}"),
-            (self.precision in ("auto", "bf16", "fp16", "fp32"), f"unknown precision {self.precision!r}"),
+            (self.precision in ("auto", "bf16", "fp16", "fp32", "fp8"), f"unknown precision {self.precision!r}"),
             (self.attention in ("auto", *ATTENTION), f"attention must be auto or one of {', '.join(ATTENTION)}"),
             (self.total_steps > 0 and self.warmup_steps >= 0, "total_steps must be positive"),
             (bool(self.stable_mix) and all(w >= 0 for w in self.stable_mix.values())

@@ -13,6 +13,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 # Dense bf16/fp16 tensor-core peaks in TFLOP/s (vendor datasheets, without sparsity).
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0,
                "4090": 165.0, "3090": 71.0}
+# Dense FP8 peaks (precision fp8): the MFU of an FP8 run is measured against what FP8 could do.
+PEAK_TFLOPS_FP8 = {"H200": 1979.0, "H100": 1979.0, "L40S": 733.0}
 # SDPA kernels by name; "auto" leaves the choice to PyTorch (flash where it can, else the next best).
 ATTENTION = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
              "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
@@ -21,14 +23,14 @@ ATTENTION = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICI
 @dataclass(frozen=True)
 class Hardware:
     device: torch.device
-    precision: str  # bf16 | fp16 | fp32, resolved
+    precision: str  # bf16 | fp16 | fp32 | fp8 (bf16 autocast, FP8 block matmuls), resolved
     peak_tflops: float | None  # None where no honest figure is known (CPUs): MFU is not reported
     name: str
     attention: str = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math
 
     @property
     def dtype(self) -> torch.dtype:
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
+        return {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
 
     def compute(self) -> contextlib.ExitStack:
         """The context of every forward pass: autocast to the precision, and the attention kernel."""
@@ -58,8 +60,12 @@ def resolve(device: str, precision: str, peak_tflops: float | None, local_rank: 
         name = torch.cuda.get_device_name(dev)
         if precision == "auto":
             precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        if precision == "fp8" and torch.cuda.get_device_capability(dev) < (8, 9):
+            raise ValueError(f"precision fp8 needs FP8 tensor cores (compute capability 8.9+: L40S, RTX 4090, "
+                             f"H100, H200); {name} has {torch.cuda.get_device_capability(dev)}. Use bf16.")
         if peak_tflops is None:
-            peak_tflops = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+            peaks = PEAK_TFLOPS_FP8 if precision == "fp8" else PEAK_TFLOPS
+            peak_tflops = next((v for k, v in peaks.items() if k in name), None)
     else:
         dev, name = torch.device("cpu"), "cpu"
         # CPU autocast to bf16 is slower than fp32 on most CPUs without AMX, so auto means fp32.

@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lehr.engine import checkpoint, distributed
+from lehr.engine import checkpoint, distributed, fp8
 from lehr.engine.config import TrainConfig, math_diff
 from lehr.engine.data import ShardSet, TrainStream, manifest_sha256
 from lehr.engine.evaluation import HeldOut, evaluate, sample_text, stalled
@@ -85,6 +85,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     data_hash = manifest_sha256(cfg.shards)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
+    fp8_layers = fp8.convert(model) if hw.precision == "fp8" else 0
     optimizer = build_optimizer(model, cfg)
     scaler = hw.grad_scaler()
     stream = TrainStream(shards, cfg.model.seq_len, cfg.data_seed)
@@ -132,6 +133,9 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
         log.info("resumed from checkpoint %s", path)
     elif mode == "branch":
         log.info("branched from %s (optimizer state %s)", path, "kept" if cfg.init_optimizer else "fresh")
+    if fp8_layers:
+        log.info("fp8: %d linear layers run their matmuls in FP8%s", fp8_layers,
+                 "" if hw.device.type == "cuda" else " (emulated on CPU: for tests, not for speed)")
 
     core = model
     if d.enabled:
