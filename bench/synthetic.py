@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, models
 
-from lehr.datasets import ShardsDataset
-from lehr.sharding import cut_shards
+from lehr.sharding import cut_shards, write_shard_set
 from lehr.tokenization import token_dtype, tokenizer_sha256
 
 
@@ -22,5 +21,5 @@ def synthetic_shards(root: Path, vocab_size: int, n_tokens: int = 4_000_000, sha
     tok = Tokenizer(models.BPE())
     info = {"sha256": tokenizer_sha256(tok), "vocab_size": vocab_size, "eot_id": 0}
     shards, manifest = cut_shards(streams, stats, shard_tokens, info)
-    ShardsDataset(str(root)).save((shards, manifest, tok.to_str()))
+    write_shard_set(root, shards, manifest, tok.to_str())
     return root

@@ -24,8 +24,7 @@ from pathlib import Path  # noqa: E402
 
 from lehr.bundled_corpus import build  # noqa: E402
 from lehr.corpus import Corpus  # noqa: E402
-from lehr.datasets import ShardsDataset  # noqa: E402
-from lehr.sharding import cut_shards  # noqa: E402
+from lehr.sharding import cut_shards, write_shard_set  # noqa: E402
 from lehr.tokenization import encode_streams, tokenizer_sha256, train_bpe, training_sample  # noqa: E402
 
 
@@ -76,7 +75,7 @@ def main() -> None:
         shards, manifest = cut_shards(streams, stats, 32768, info)
         shard_mb = sum(a.nbytes for a in shards.values()) / 1e6
         t0 = time.perf_counter()
-        ShardsDataset(str(Path(tmp) / "shards")).save((shards, manifest, tok.to_str()))
+        write_shard_set(Path(tmp) / "shards", shards, manifest, tok.to_str())
         print(f"shard write  {shard_mb:.1f} MB in {len(shards)} files: {shard_mb / (time.perf_counter() - t0):.1f} MB/s "
               f"(each file fsynced and renamed)")
 

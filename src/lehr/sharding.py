@@ -13,8 +13,12 @@ Shard files are raw little-endian arrays of ``dtype`` that the training loop ``n
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
 import numpy as np
+
+from lehr.atomic import write_bytes_atomic, write_text_atomic
 
 MANIFEST_FORMAT = 1
 
@@ -50,3 +54,19 @@ def cut_shards(
         "streams": manifest_streams,
     }
     return shards, manifest
+
+
+def write_shard_set(root: Path, shards: dict[str, np.ndarray], manifest: dict, tokenizer_json: str) -> None:
+    """Shard files, ``tokenizer.json`` and ``manifest.json`` in ``root``.
+
+    Each shard is written under a temporary name and renamed, and the manifest goes last, so a
+    killed run never leaves a manifest that claims a shard that is not complete on disk.
+    """
+    manifest_path = root / "manifest.json"
+    manifest_path.unlink(missing_ok=True)
+    for stale in set(root.glob("**/*.bin")) - {root / f for f in shards}:
+        stale.unlink()
+    for file, tokens in shards.items():
+        write_bytes_atomic(root / file, tokens.tobytes())
+    write_text_atomic(root / "tokenizer.json", tokenizer_json)
+    write_text_atomic(manifest_path, json.dumps(manifest, indent=1))

@@ -7,18 +7,16 @@ from typing import Any
 import numpy as np
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.atomic import write_bytes_atomic, write_text_atomic
+from lehr.sharding import write_shard_set
 
 
 class ShardsDataset(AbstractDataset[tuple[dict[str, np.ndarray], dict, str], dict]):
     """A self-describing shard set: shard files, ``tokenizer.json`` and ``manifest.json``.
 
-    Saves ``(shards, manifest, tokenizer_json)``; loads the manifest. Keeping the tokenizer
-    beside the shards lets the training engine read one folder and nothing else.
-
-    Each shard is written under a temporary name and renamed, and the manifest goes last, so a
-    killed run never leaves a manifest that claims a shard that is not complete on disk. The
-    loaded manifest gains ``root``, the folder its shard paths are relative to.
+    Saves ``(shards, manifest, tokenizer_json)`` with ``lehr.sharding.write_shard_set`` (atomic,
+    manifest last); loads the manifest. Keeping the tokenizer beside the shards lets the training
+    engine read one folder and nothing else. The loaded manifest gains ``root``, the folder its
+    shard paths are relative to.
     """
 
     def __init__(self, path: str):
@@ -41,14 +39,7 @@ class ShardsDataset(AbstractDataset[tuple[dict[str, np.ndarray], dict, str], dic
         return manifest
 
     def save(self, data: tuple[dict[str, np.ndarray], dict, str]) -> None:
-        shards, manifest, tokenizer_json = data
-        self.manifest_path.unlink(missing_ok=True)
-        for stale in set(self._path.glob("**/*.bin")) - {self._path / f for f in shards}:
-            stale.unlink()
-        for file, tokens in shards.items():
-            write_bytes_atomic(self._path / file, tokens.tobytes())
-        write_text_atomic(self._path / "tokenizer.json", tokenizer_json)
-        write_text_atomic(self.manifest_path, json.dumps(manifest, indent=1))
+        write_shard_set(self._path, *data)
 
     def _exists(self) -> bool:
         return self.manifest_path.is_file()
