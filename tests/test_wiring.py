@@ -81,3 +81,49 @@ def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
                 listed = [p for p, _ in _entries(spec.get("params"))]
                 if f"conf/base/{override.name}" in listed:
                     assert f"conf/{profile}/{override.name}" in listed, (stage, override)
+
+
+# Imported by the stages but unable to change what they write: tracking forwards metrics to MLflow.
+NO_EFFECT_ON_OUTPUTS = {"src/lehr/tracking.py"}
+
+
+def _module_file(module: str) -> str | None:
+    base = ROOT / "src" / module.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return str(path.relative_to(ROOT))
+    return None
+
+
+def _lehr_imports(path) -> set[str]:
+    """Files of the ``lehr`` modules one file imports (anywhere in it, function bodies included)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found |= {f for f in map(_module_file, (n for n in names if n.split(".")[0] == "lehr")) if f}
+    return found
+
+
+def test_every_module_a_stage_runs_is_one_of_its_deps():
+    """A change to any code a stage runs must re-run it: the import closure of the stage's pipeline
+    package and of the datasets it reads and writes lies inside its `dvc.yaml` deps."""
+    for stage, spec in DVC["stages"].items():
+        package = ROOT / "src/lehr/pipelines" / stage.replace("-", "_")
+        todo = {str(p.relative_to(ROOT)) for p in package.glob("*.py")} | {"src/lehr/datasets/__init__.py"}
+        seen: set[str] = set()
+        while todo:
+            current = todo.pop()
+            seen.add(current)
+            todo |= _lehr_imports(ROOT / current) - seen
+        deps = [d for d in spec["deps"] if d.startswith("src/")]
+        missing = sorted(f for f in seen - NO_EFFECT_ON_OUTPUTS
+                         if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)
+                         and f != "src/lehr/__init__.py")
+        assert not missing, f"stage {stage} runs {missing} but does not list them as deps in dvc.yaml"
