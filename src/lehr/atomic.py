@@ -1,11 +1,24 @@
-"""Crash-safe file writes (a reader sees the old file or the new one, never half of one) and
-file hashes."""
+"""Crash-safe writes (a reader sees the old file or folder or the new one, never half of one),
+recovery of what a killed writer left behind, and file hashes.
+
+A write goes to a sibling ``.tmp-<name>-<pid>``; replacing a folder parks the old one at
+``.old-<name>-<pid>`` for the instant between two renames. Those names are what ``recover`` looks for.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 from pathlib import Path
+
+_LEFTOVER = re.compile(r"^\.(tmp|old)-(.+)-(\d+)$")
+
+
+def sibling(path: Path, kind: str) -> Path:
+    """Where a write of ``path`` by this process stages (``tmp``) or parks the old copy (``old``)."""
+    return path.with_name(f".{kind}-{path.name}-{os.getpid()}")
 
 
 def fsync_dir(path: Path) -> None:
@@ -19,7 +32,7 @@ def fsync_dir(path: Path) -> None:
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = sibling(path, "tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -33,6 +46,53 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def replace_dir(tmp: Path, dst: Path) -> None:
+    """Move the complete folder ``tmp`` to ``dst``; an old ``dst`` is deleted only once the new one is in place."""
+    old = sibling(dst, "old")
+    fsync_dir(tmp)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    fsync_dir(dst.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(folder: Path) -> list[str]:
+    """Clear what writers killed mid-write left in ``folder``; returns one line per thing done.
+
+    A staged ``.tmp-`` write is incomplete by definition and goes. An ``.old-`` folder is the
+    previous copy of something being replaced: it goes back in place if the kill fell between the
+    two renames (its replacement never landed), else it goes. Leftovers of a live process (another
+    writer on this host) are not touched.
+    """
+    done = []
+    for path in sorted(Path(folder).glob(".*-*")) if Path(folder).is_dir() else []:
+        m = _LEFTOVER.match(path.name)
+        if not m or _alive(int(m[3])) and int(m[3]) != os.getpid():
+            continue
+        kind, target = m[1], path.with_name(m[2])
+        try:
+            if kind == "old" and not target.exists():
+                os.replace(path, target)
+                done.append(f"restored {target} from {path.name}, left between two renames")
+                continue
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        except FileNotFoundError:  # another process of the same job cleared it first
+            continue
+        done.append(f"removed {path.name}, left by a killed write")
+    return done
 
 
 def sha256_file(path: str | Path) -> str:

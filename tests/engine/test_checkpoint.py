@@ -5,6 +5,9 @@ from __future__ import annotations
 import errno
 import logging
 import pickle
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +66,39 @@ def test_failed_write_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
     assert {p.name: p.read_bytes() for p in good.iterdir()} == before
     assert (tmp_path / "latest").read_text() == "step_00000010"
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_writers_leftovers_are_cleared_and_a_parked_checkpoint_put_back(tmp_path, caplog):
+    """kill -9 between the two renames of a re-save parks the only copy of step 30 at ``.old-``;
+    inside a write it leaves a half ``.tmp-`` folder; inside a metrics rewrite, a ``.tmp-`` file."""
+    model, rolling = Transformer(preset("tiny", 64)), Rolling(tmp_path / "run" / "checkpoints", keep_last=3)
+    _save(rolling, 10, model)
+    step30 = _save(rolling, 30, model)
+    dead, live = _dead_pid(), subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    shutil.move(step30, rolling.root / f".old-step_00000030-{dead}")
+    half = rolling.root / f".tmp-step_00000040-{dead}"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"half")
+    busy = rolling.root / f".tmp-step_00000050-{live.pid}"  # another writer on this host, still at work
+    busy.mkdir()
+    (tmp_path / "run" / f".tmp-metrics.jsonl-{dead}").write_text('{"step": 1')
+    try:
+        with caplog.at_level(logging.WARNING):
+            rolling.recover()
+    finally:
+        live.kill()
+        live.wait()
+    assert sorted(p.name for p in rolling.root.iterdir()) == [busy.name, "latest", "step_00000010", "step_00000030"]
+    assert list((tmp_path / "run").iterdir()) == [rolling.root]
+    path, state = rolling.latest_valid()
+    assert path == step30 and state["progress"]["step"] == 30
+    assert "restored" in caplog.text and "removed .tmp-step_00000040" in caplog.text
 
 
 class _Exploit:

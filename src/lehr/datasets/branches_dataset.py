@@ -6,7 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset
 
-from lehr.datasets.checkpoint_dataset import swap_in
+from lehr.atomic import recover, replace_dir, sibling
 
 # What a branch keeps of its run: the final and best weights (with their state) and its curve.
 KEPT = ("final", "best", "metrics.jsonl")
@@ -29,7 +29,9 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
                 if p.is_dir() and not p.name.startswith(".") and (p / "final" / "state.json").is_file()}
 
     def save(self, data: dict) -> None:
-        run_dir, staging = Path(data["run_dir"]), self._path / f".staging-{data['branch']}"
+        run_dir, target = Path(data["run_dir"]), self._path / data["branch"]
+        recover(self._path)
+        staging = sibling(target, "tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         for name in KEPT:
@@ -38,7 +40,7 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
                 shutil.copytree(src, staging / name)
             elif src.is_file():
                 shutil.copy2(src, staging / name)
-        swap_in(staging, self._path / data["branch"])
+        replace_dir(staging, target)
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}

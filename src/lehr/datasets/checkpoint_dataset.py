@@ -1,33 +1,22 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.atomic import fsync_dir
+from lehr.atomic import recover, replace_dir, sibling
 
 
 def copy_dir_atomic(src: Path, dst: Path) -> None:
     """Copy a folder so that ``dst`` is either the old folder or the complete new one."""
-    tmp = dst.with_name(f".tmp-{dst.name}-{os.getpid()}")
+    recover(dst.parent)
+    tmp = sibling(dst, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
-    swap_in(tmp, dst)
-
-
-def swap_in(tmp: Path, dst: Path) -> None:
-    """Move a complete folder ``tmp`` to ``dst``, replacing any old one only at the last moment."""
-    old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
-    fsync_dir(tmp)
-    if dst.exists():
-        os.replace(dst, old)
-    os.replace(tmp, dst)
-    fsync_dir(dst.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(tmp, dst)
 
 
 class CheckpointDataset(AbstractDataset[Path, Path]):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-from lehr.atomic import fsync_dir, sha256_file, write_text_atomic
+from lehr.atomic import recover, replace_dir, sha256_file, sibling, write_text_atomic
 
 log = logging.getLogger(__name__)
 STATE = "state.json"
@@ -65,7 +65,7 @@ def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state:
     """Write a complete checkpoint at ``target``, replacing any old one only once it is whole."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    tmp = sibling(target, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
@@ -80,13 +80,7 @@ def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state:
         state = {**state, "files": {name: sha256_file(tmp / name) for name in files}}
         (tmp / STATE).write_text(json.dumps(state, indent=1))
         _fsync(tmp / STATE)
-        fsync_dir(tmp)
-        old = target.with_name(f".old-{target.name}-{os.getpid()}")
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, target)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(
@@ -139,6 +133,12 @@ class Rolling:
         pointer = self.root / "latest"
         first = self.root / pointer.read_text().strip() if pointer.is_file() else None
         return ([first] if first in steps else []) + [p for p in steps if p != first]
+
+    def recover(self) -> None:
+        """Clear what a killed attempt left mid-write in the run folder, before anything reads it."""
+        for folder in (self.root.parent, self.root):
+            for line in recover(folder):
+                log.warning("%s: %s", folder, line)
 
     def save(self, step: int, **kwargs) -> Path:
         path = write(self.root / f"step_{step:08d}", **kwargs)

@@ -91,6 +91,9 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     stream = TrainStream(shards, cfg.model.seq_len, cfg.data_seed)
     rolling = checkpoint.Rolling(out_dir / "checkpoints", cfg.keep_last)
     prog = Progress()
+    if d.is_main:
+        rolling.recover()
+    distributed.barrier(d)  # every rank then reads the same checkpoints
 
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
