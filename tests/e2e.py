@@ -21,7 +21,7 @@ def env() -> dict[str, str]:
     return {**inherited, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KEDRO_DISABLE_TELEMETRY": "1",
             "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PYTHONWARNINGS": "ignore",
-            # MLflow costs ~6 s per stage run; tests/test_tracking.py turns it back on.
+            # MLflow costs ~6 s per stage run; the tests of tracking turn it back on (test_pipeline_e2e.MLFLOW).
             "LEHR_MLFLOW": os.environ.get("LEHR_MLFLOW", "0")}
 
 

@@ -64,8 +64,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # it exists, under another user
+        pass
     return True
 
 
@@ -77,10 +77,10 @@ def recover(folder: Path) -> list[str]:
     two renames (its replacement never landed), else it goes. Leftovers of a live process (another
     writer on this host) are not touched.
     """
-    done = []
-    for path in sorted(Path(folder).glob(".*-*")) if Path(folder).is_dir() else []:
+    folder, done = Path(folder), []
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
         m = _LEFTOVER.match(path.name)
-        if not m or _alive(int(m[3])) and int(m[3]) != os.getpid():
+        if not m or (int(m[3]) != os.getpid() and _alive(int(m[3]))):
             continue
         kind, target = m[1], path.with_name(m[2])
         try:
@@ -89,7 +89,7 @@ def recover(folder: Path) -> list[str]:
                 done.append(f"restored {target} from {path.name}, left between two renames")
                 continue
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-        except FileNotFoundError:  # another process of the same job cleared it first
+        except FileNotFoundError:  # another process cleared it first
             continue
         done.append(f"removed {path.name}, left by a killed write")
     return done

@@ -13,6 +13,7 @@ import time
 
 RUN_ID_ENV = "MLFLOW_RUN_ID"
 CALLBACK = "lehr.tracking:mlflow_forwarder"
+MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
 
 
 def _active_run_id() -> str | None:
@@ -57,16 +58,17 @@ def mark_attempt(run_dir: str) -> None:
 def mlflow_forwarder():
     run_id = _active_run_id()
     if not run_id:
-        return lambda record: None
+        return lambda records: None
     import mlflow
     from mlflow.entities import Metric
 
     client = mlflow.MlflowClient()
 
-    def forward(record: dict) -> None:
+    def forward(records: list[dict]) -> None:
         now = int(time.time() * 1000)
-        metrics = [Metric(f"{record['kind']}.{k}", float(v), now, record["step"]) for k, v in record.items()
+        metrics = [Metric(f"{rec['kind']}.{k}", float(v), now, rec["step"]) for rec in records for k, v in rec.items()
                    if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        client.log_batch(run_id, metrics=metrics)
+        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+            client.log_batch(run_id, metrics=metrics[i:i + MAX_METRICS_PER_BATCH])
 
     return forward

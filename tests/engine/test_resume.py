@@ -52,7 +52,7 @@ SEEN: list[dict] = []
 
 def collector():
     """Engine callback factory, named as ``tests.engine.test_resume:collector``."""
-    return SEEN.append
+    return SEEN.extend
 
 
 def test_a_resumed_run_hands_its_callbacks_the_whole_history(tiny_config, tmp_path):

@@ -1,4 +1,4 @@
-"""Chaos: SIGKILL a stage at seeded random moments (half of them inside a checkpoint write), run
+"""Chaos: SIGKILL a stage at seeded random moments (two of three inside a checkpoint write), run
 `dvc repro` again each time, and the final weights are bit-identical to an uninterrupted run.
 The same for a DDP worker: torchrun restarts the group and the run resumes to the same result.
 
@@ -24,7 +24,7 @@ from lehr.engine.checkpoint import SLOW_WRITE_ENV
 from tests.e2e import env, make_repo, sh
 
 pytestmark = pytest.mark.slow
-KILLS = 5
+KILLS = 3  # per stage: two inside a checkpoint write, one anywhere in training
 
 
 def same_weights(a: Path, b: Path) -> bool:
@@ -90,7 +90,7 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, reference, corp
     out = sh(repo, "dvc", "repro", "pretrain-stable")
     print(f"\npretrain-stable: {landed}/{KILLS} kills landed mid-run; final repro: "
           f"{'resumed' if 'resumed from checkpoint' in out.stderr else 'ran'}")
-    assert landed >= 3
+    assert landed >= KILLS - 1
     assert not list((repo / "data/06_models/stable_run").rglob(".tmp-*")), "a killed write's leftovers remain"
     assert same_weights(reference / "data/06_models/pre_anneal/model.safetensors",
                         repo / "data/06_models/pre_anneal/model.safetensors")
@@ -98,7 +98,7 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, reference, corp
     landed = kill_repeatedly(repo, "anneal", repo / "data/06_models/anneal_runs", seed=2)
     sh(repo, "dvc", "repro", "anneal")
     print(f"anneal: {landed}/{KILLS} kills landed mid-run")
-    assert landed >= 3
+    assert landed >= KILLS - 1
     (branch,) = [p.name for p in (reference / "data/06_models/anneal").iterdir() if not p.name.startswith(".")]
     assert same_weights(reference / f"data/06_models/anneal/{branch}/final/model.safetensors",
                         repo / f"data/06_models/anneal/{branch}/final/model.safetensors")
@@ -106,7 +106,7 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, reference, corp
 
 def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_config, tmp_path):
     def job(name: str) -> Path:
-        cfg = tiny_config(out_dir=str(tmp_path / name), total_steps=400, micro_batch=2, ckpt_every=20,
+        cfg = tiny_config(out_dir=str(tmp_path / name), total_steps=240, micro_batch=2, ckpt_every=20,
                           eval_every=1000, log_every=10)
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": []}))
@@ -130,6 +130,6 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-12000:]
     summary = json.loads((tmp_path / "killed.sum").read_text())
-    assert summary["mode"] == "resume" and summary["step"] == 400
+    assert summary["mode"] == "resume" and summary["step"] == 240
     assert same_weights(tmp_path / "straight" / "final" / "model.safetensors",
                         tmp_path / "killed" / "final" / "model.safetensors")

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from lehr.atomic import write_text_atomic
 
 log = logging.getLogger("lehr.train")
-Callback = Callable[[dict], None]
+Callback = Callable[[list[dict]], None]  # takes records, oldest first
 
 
 def load_callbacks(specs: list[str]) -> list[Callback]:
@@ -33,11 +33,12 @@ class RunLog:
         self.enabled, self.callbacks = enabled, callbacks
         self.bar = None
         if enabled:
-            # A resumed run hands its callbacks the history it kept, so a tracker opened for this
-            # attempt holds the whole curve, not only the steps trained since the restart.
-            for rec in self._truncate_after(start):
-                for cb in self.callbacks:
-                    cb(rec)
+            # A resumed run hands its callbacks the history it kept (in one call, so a tracker can
+            # send it in a few batches), and the tracker opened for this attempt holds the whole
+            # curve, not only the steps trained since the restart.
+            kept = self._truncate_after(start)
+            for cb in self.callbacks if kept else ():
+                cb(kept)
             if sys.stderr.isatty():
                 self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
@@ -56,7 +57,7 @@ class RunLog:
         with open(self.path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         for cb in self.callbacks:
-            cb(rec)
+            cb([rec])
 
     def step(self, rec: dict) -> None:
         if not self.enabled:
