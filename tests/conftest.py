@@ -6,6 +6,7 @@ Run everything with ``make test``; ``pytest -m "not slow"`` skips the end-to-end
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,7 @@ from lehr.engine.model import preset
 from lehr.params import ShardParams, TokenizeParams
 from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.e2e import make_repo, sh, stages_run
 
 SMOKE_TOKENIZE = dict(vocab_size=512, special_tokens=["<|endoftext|>"], train_sample_bytes=200_000,
                       min_frequency=2, batch_size=256, max_bytes_per_stream=120_000, on_decode_error="error")
@@ -30,6 +30,25 @@ def corpus_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("corpus") / "corpus"
     build(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def smoke_repo(tmp_path_factory, corpus_dir) -> Path:
+    """All five stages by one `dvc repro` (MLflow on) in a throwaway repo, once per session.
+
+    Tests go on to change its workspace (experiments, branches), so the uninterrupted run's
+    weights are kept beside it: ``reference/pre_anneal.safetensors`` and
+    ``reference/anneal/<branch>.safetensors``.
+    """
+    path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
+    out = sh(path, "dvc", "repro", extra_env={"LEHR_MLFLOW": "1"})
+    assert stages_run(out.stdout) == ["tokenize", "shard", "pretrain-stable", "anneal", "evaluate"]
+    reference = path.parent / "reference"
+    (reference / "anneal").mkdir(parents=True)
+    shutil.copy2(path / "data/06_models/pre_anneal/model.safetensors", reference / "pre_anneal.safetensors")
+    for branch in (path / "data/06_models/anneal").glob("[!.]*"):
+        shutil.copy2(branch / "final/model.safetensors", reference / "anneal" / f"{branch.name}.safetensors")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests import ROOT
 
 COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".telemetry", "conf", "src")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,14 +22,10 @@ ALL = ["tokenize", "shard", "pretrain-stable", "anneal", "evaluate"]
 MLFLOW = {"LEHR_MLFLOW": "1"}
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory, corpus_dir):
-    path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
-    out = sh(path, "dvc", "repro", extra_env=MLFLOW)
-    assert stages_run(out.stdout) == ALL
-    # Later experiments replace the workspace's outputs; keep the default run's branch point.
-    shutil.copy2(path / "data/06_models/pre_anneal/model.safetensors", path.parent / "uninterrupted_pre_anneal.safetensors")
-    return path
+@pytest.fixture
+def repo(smoke_repo):
+    """Every test here works in the session's smoke repo, in file order (experiments build on the first run)."""
+    return smoke_repo
 
 
 def runs_of(repo):
@@ -121,7 +116,7 @@ def test_comparison_notebook_executes(repo, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    from tests.conftest import ROOT
+    from tests import ROOT
     from tests.e2e import env
 
     for key, value in env().items():
@@ -185,7 +180,7 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, repo, corpus_
     assert list(runs.glob("*/checkpoints/latest")), "the stage never wrote a checkpoint"
     out = sh(other, "dvc", "repro", "pretrain-stable", extra_env=MLFLOW)
     assert "resumed from checkpoint" in out.stderr
-    a = load_file(repo.parent / "uninterrupted_pre_anneal.safetensors")
+    a = load_file(repo.parent / "reference" / "pre_anneal.safetensors")
     b = load_file(other / "data/06_models/pre_anneal/model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
     # MLflow: the killed attempt is closed as KILLED and linked; the finished one holds the whole

@@ -10,7 +10,7 @@ import yaml
 
 from lehr.params import AnnealParams, PretrainParams
 from lehr.run_config import anneal_config, branch_name, stable_config
-from tests.conftest import ROOT
+from tests import ROOT
 
 MANIFEST = {"root": "/shards", "tokenizer": {"vocab_size": 512, "sha256": "x"}}
 PROV = {"manifest_sha256": "m"}

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from kedro.framework.startup import bootstrap_project
 
-from tests.conftest import ROOT
+from tests import ROOT
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 CATALOG = yaml.safe_load((ROOT / "conf/base/catalog.yml").read_text())
