@@ -57,7 +57,7 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
 
     Kills land while the stage's command runs: that is lehr's code. DVC writes its own
     ``.dvc/tmp/rwlock`` in place, so a kill inside DVC's bookkeeping before or after the
-    command can leave that file empty, which no stage can guard against (README, Troubleshooting)."""
+    command can leave that file empty, which no stage can guard against (README, Reliability)."""
     rng, landed = random.Random(seed), 0
     for i in range(KILLS):
         debris = present(run_dir, ".tmp-step_*")
