@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,14 @@ def tiny_config(smoke_shards, tmp_path):
         return TrainConfig(**{**base, **overrides})
 
     return make
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process that has exited: what a kill -9 leaves in a temporary file's name."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def as_dict(cfg: TrainConfig) -> dict:

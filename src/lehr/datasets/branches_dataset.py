@@ -30,7 +30,7 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
 
     def save(self, data: dict) -> None:
         run_dir, target = Path(data["run_dir"]), self._path / data["branch"]
-        recover(self._path)
+        recover(self._path, target.name)
         staging = sibling(target, "tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

@@ -12,7 +12,7 @@ from lehr.atomic import recover, replace_dir, sibling
 
 def copy_dir_atomic(src: Path, dst: Path) -> None:
     """Copy a folder so that ``dst`` is either the old folder or the complete new one."""
-    recover(dst.parent)
+    recover(dst.parent, dst.name)
     tmp = sibling(dst, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)

@@ -137,8 +137,7 @@ class Rolling:
     def recover(self) -> None:
         """Clear what a killed attempt left mid-write in the run folder, before anything reads it."""
         for folder in (self.root.parent, self.root):
-            for line in recover(folder):
-                log.warning("%s: %s", folder, line)
+            recover(folder)
 
     def save(self, step: int, **kwargs) -> Path:
         path = write(self.root / f"step_{step:08d}", **kwargs)

@@ -1,0 +1,36 @@
+"""The folder datasets: a save clears what a killed save of the same folder left, and nothing else."""
+
+from __future__ import annotations
+
+from lehr.datasets.branches_dataset import AnnealBranchesDataset
+from lehr.datasets.checkpoint_dataset import CheckpointDataset
+
+
+def test_saving_pre_anneal_clears_a_killed_saves_leftovers(tmp_path, dead_pid):
+    models, new = tmp_path / "06_models", tmp_path / "run" / "final"
+    new.mkdir(parents=True)
+    (new / "state.json").write_text('{"progress": {"step": 20}}')
+    parked = models / f".old-pre_anneal-{dead_pid}"  # killed between the two renames of a save
+    parked.mkdir(parents=True)
+    (parked / "state.json").write_text('{"progress": {"step": 10}}')
+    (models / f".tmp-pre_anneal-{dead_pid}").mkdir()  # killed while copying
+    (models / f".tmp-other-{dead_pid}").mkdir()  # another artifact's leftovers: not this save's business
+    dataset = CheckpointDataset(str(models / "pre_anneal"))
+    dataset.save(new)
+    assert sorted(p.name for p in models.iterdir()) == [f".tmp-other-{dead_pid}", "pre_anneal"]
+    assert (dataset.load() / "state.json").read_text() == '{"progress": {"step": 20}}'
+
+
+def test_saving_a_branch_clears_its_leftovers_and_leaves_other_branches(tmp_path, dead_pid):
+    run, branches = tmp_path / "run", tmp_path / "anneal"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "state.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    dataset = AnnealBranchesDataset(str(branches))
+    dataset.save({"branch": "b", "run_dir": str(run)})
+    (branches / f".tmp-a-{dead_pid}").mkdir()
+    (branches / f".tmp-b-{dead_pid}").mkdir()
+    dataset.save({"branch": "a", "run_dir": str(run)})
+    assert sorted(p.name for p in branches.iterdir()) == [f".tmp-b-{dead_pid}", "a", "b"]
+    assert dataset.load() == {"a": branches / "a", "b": branches / "b"}
+    assert (branches / "a" / "metrics.jsonl").read_text() == '{"step": 1}\n'
