@@ -64,8 +64,9 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
         started = time.time()
         proc = subprocess.Popen(["dvc", "repro", stage], cwd=repo, env={**env(), SLOW_WRITE_ENV: "0.4"},
                                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = started + 90
-        while time.time() < deadline and proc.poll() is None and (command := stage_command(proc)) is None:
+        deadline, command = started + 90, None
+        while time.time() < deadline and proc.poll() is None and command is None:
+            command = stage_command(proc)
             time.sleep(0.01)
         if i % 2 == 0:  # aim inside a checkpoint write: its temporary folder exists only then
             while time.time() < deadline and proc.poll() is None and not present(run_dir, ".tmp-step_*") - debris:
@@ -101,6 +102,7 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, smoke_repo, cor
     sh(repo, "dvc", "repro", "anneal")
     print(f"anneal: {landed}/{KILLS} kills landed mid-run")
     assert landed >= KILLS - 1
+    assert not list((repo / "data/06_models/anneal_runs").rglob(".tmp-*")), "a killed write's leftovers remain"
     (branch,) = [p.name for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")]
     assert same_weights(reference / "anneal" / f"{branch}.safetensors",
                         repo / f"data/06_models/anneal/{branch}/final/model.safetensors")
