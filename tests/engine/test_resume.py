@@ -30,6 +30,9 @@ def assert_same_final(a: Path, b: Path) -> None:
         for key, value in state.items():
             assert torch.equal(value, ob["optimizer"]["state"][i][key]), (i, key)
     assert oa["scaler"] == ob["scaler"]
+    ra, rb = (torch.load(run / "final" / "rng_rank0.pt", weights_only=True) for run in (a, b))
+    assert ra["python"] == rb["python"] and torch.equal(ra["torch"], rb["torch"])
+    assert all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(ra["numpy"], rb["numpy"]))
 
 
 def train_curve(run: Path) -> list[tuple[int, float]]:

@@ -39,6 +39,14 @@ def _fsync(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def seed_all(seed: int) -> None:
+    """Seed every generator a checkpoint saves (python, numpy, torch CPU and CUDA), so that a fresh
+    run's saved states, like its weights, follow from the config alone."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def rng_state() -> dict:
     np_state = np.random.get_state()
     state = {

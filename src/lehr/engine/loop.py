@@ -83,7 +83,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     shards = ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len)
     data_hash = manifest_sha256(cfg.shards)
-    torch.manual_seed(cfg.seed)
+    checkpoint.seed_all(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
     fp8_layers = fp8.convert(model) if hw.precision == "fp8" else 0
     optimizer = build_optimizer(model, cfg)
@@ -114,7 +114,7 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
     elif mode == "branch":
         _check_branchable(path, state, cfg, shards)
         _restore(path, model, optimizer, scaler, hw.device, d.rank, with_optimizer=cfg.init_optimizer)
-        torch.manual_seed(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
+        checkpoint.seed_all(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
         prog = Progress(step=state["progress"]["step"], tokens=state["progress"]["tokens"])
         stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
     rule = cfg.stop_rule
