@@ -37,8 +37,9 @@ class RunLog:
             # send it in a few batches), and the tracker opened for this attempt holds the whole
             # curve, not only the steps trained since the restart.
             kept = self._truncate_after(start)
-            for cb in self.callbacks if kept else ():
-                cb(kept)
+            if kept:
+                for cb in self.callbacks:
+                    cb(kept)
             if sys.stderr.isatty():
                 self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
