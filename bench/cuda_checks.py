@@ -40,7 +40,7 @@ RESULTS: list[tuple[bool, str]] = []
 
 def marker():
     """Engine callback factory: marks each log step in the event stream."""
-    return lambda rec: EVENTS.append(("log", rec["step"])) if rec["kind"] == "train" else None
+    return lambda recs: EVENTS.extend(("log", rec["step"]) for rec in recs if rec["kind"] == "train")
 
 
 def check(ok: bool, what: str) -> None:

@@ -50,7 +50,7 @@ RECORDS: list[dict] = []
 
 def collector():
     """Engine callback factory (passed as ``__main__:collector``): keeps every record."""
-    return RECORDS.append
+    return RECORDS.extend
 
 
 def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
