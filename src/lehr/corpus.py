@@ -1,25 +1,41 @@
-"""The raw corpus: a folder of tier folders, read lazily, decoded strictly.
+"""The raw corpus: a folder of tier folders, streamed file by file, decoded strictly.
 
 Layout (the same for the bundled corpus and for a user's own)::
 
     <root>/<tier>/...      training text of tier <tier> (gold, silver, bronze, ...)
     <root>/heldout/<src>   held-out text of source <src> (a file or a folder)
 
-Files are ``.txt`` (one document per file), ``.jsonl`` (one JSON object per line with a
-``text`` field) or ``.parquet`` (a ``text`` column). Everything is read in sorted path order,
-so the same folder always yields the same documents in the same order.
+Files are ``.txt`` (one document per file), ``.jsonl``, ``.jsonl.gz`` or ``.jsonl.zst`` (one
+JSON object per line, the text in ``text_field``) or ``.parquet`` (a ``text_field`` column, read
+a batch of rows at a time). Everything is read in sorted path order, so the same folder always
+yields the same documents in the same order.
+
+Nothing here holds a file whole: text files and lines are read in pieces, and a document longer
+than ``PIECE_CHARS`` is handed on in pieces cut just before a whitespace that starts a word.
+Byte-level BPE pre-tokenizes at exactly those places, so the pieces encode to the same tokens as
+the whole document would. Memory per document is therefore bounded by ``PIECE_CHARS``, except a
+single JSONL line, which is parsed whole (a JSON value cannot be parsed in pieces).
 """
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import hashlib
+import io
 import json
+import logging
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 HELDOUT = "heldout"
-SUFFIXES = (".txt", ".jsonl", ".parquet")
+SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
+PIECE_CHARS = 1 << 20  # the most characters of one document handed on at once
+_READ_BYTES = 4 << 20
+
+log = logging.getLogger(__name__)
 
 
 class CorpusError(ValueError):
@@ -28,8 +44,15 @@ class CorpusError(ValueError):
 
 @dataclass(frozen=True)
 class Document:
+    """A document, or one piece of a long one (``last`` is False on every piece but its last)."""
+
     stream: str  # "train/<tier>" or "heldout/<source>"
     text: str
+    last: bool = True
+
+
+def suffix_of(path: Path) -> str | None:
+    return next((s for s in SUFFIXES if path.name.endswith(s)), None)
 
 
 def stream_of(root: Path, path: Path) -> str:
@@ -40,60 +63,402 @@ def stream_of(root: Path, path: Path) -> str:
             f"e.g. {root}/gold/{path.name}"
         )
     if parts[0] == HELDOUT:
-        return f"{HELDOUT}/{Path(parts[1]).stem}"
+        name = parts[1]
+        return f"{HELDOUT}/{name[: -len(suffix_of(Path(name)))] if suffix_of(Path(name)) else name}"
     return f"train/{parts[0]}"
+
+
+def cut_points(text: str, limit: int = PIECE_CHARS) -> Iterator[str]:
+    """``text`` in pieces of at most ``limit`` characters, each cut before the last whitespace
+    character of a run that a non-space follows, where the BPE pre-tokenizer splits anyway.
+    A stretch of ``limit`` characters without such a place is cut hard (documented limit)."""
+    start = 0
+    while len(text) - start > limit:
+        end = start + limit
+        cut = end
+        while cut > start + 1 and not (text[cut - 1].isspace() and not text[cut].isspace()):
+            cut -= 1
+        cut = cut - 1 if cut > start + 1 else end
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def _utf8_error(path: Path, raw: bytes, start: int, offset: int) -> CorpusError:
+    """``raw[start]`` is the bad byte; ``offset`` is where ``raw`` starts in the file."""
+    return CorpusError(
+        f"{path}: not valid UTF-8 at byte offset {offset + start} "
+        f"({raw[start:start + 4]!r}). Re-encode the file as UTF-8, or set "
+        f"tokenize.on_decode_error: replace to substitute U+FFFD."
+    )
 
 
 def _decode(raw: bytes, path: Path, errors: str, offset: int = 0) -> str:
     try:
         return raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
-        raise CorpusError(
-            f"{path}: not valid UTF-8 at byte offset {offset + e.start} "
-            f"({raw[e.start:e.start + 4]!r}). Re-encode the file as UTF-8, or set "
-            f"tokenize.on_decode_error: replace to substitute U+FFFD."
-        ) from None
+        raise _utf8_error(path, raw, e.start, offset) from None
 
 
-def _read_file(path: Path, errors: str) -> Iterator[str]:
-    if path.suffix == ".txt":
-        yield _decode(path.read_bytes(), path, errors)
-    elif path.suffix == ".jsonl":
-        offset = 0
-        for lineno, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
-            text = _decode(line, path, errors, offset)
-            offset += len(line)
-            if not text.strip():
-                continue
+def _open(path: Path):
+    try:
+        if path.name.endswith(".gz"):
+            return gzip.open(path, "rb")
+        if path.name.endswith(".zst"):
+            import zstandard  # only corpora shipped as .zst need it
+
+            return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+        return open(path, "rb")
+    except PermissionError:
+        raise CorpusError(f"{path}: cannot be read (permission denied). Fix its permissions "
+                          f"(chmod a+r) or move it out of the corpus folder.") from None
+
+
+def _read_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
+    """The file as one document, decoded incrementally, in pieces of at most PIECE_CHARS."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors)
+    pending, offset = "", 0
+    with _open(path) as f:
+        while True:
+            raw = f.read(_READ_BYTES)
+            held = decoder.getstate()[0]  # the unfinished character the last read ended in
             try:
-                yield json.loads(text)["text"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise CorpusError(
-                    f"{path}:{lineno}: each line must be a JSON object with a 'text' field"
-                ) from None
-    else:  # .parquet; imported here because only users with parquet corpora need it
-        import pyarrow.parquet as pq
+                pending += decoder.decode(raw, final=not raw)
+            except UnicodeDecodeError as e:  # e.object is held + raw
+                raise _utf8_error(path, e.object, e.start, offset - len(held)) from None
+            offset += len(raw)
+            if not raw:
+                break
+            if len(pending) > PIECE_CHARS:
+                *pieces, pending = cut_points(pending)
+                for piece in pieces:
+                    yield piece, False
+    yield pending, True
 
-        table = pq.read_table(path, columns=["text"])
-        yield from (t for t in table.column("text").to_pylist() if t)
+
+def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, line) of a possibly compressed file; truncation named."""
+    offset = 0
+    with _open(path) as raw:
+        f = io.BufferedReader(raw) if not isinstance(raw, io.BufferedIOBase) else raw
+        lineno = 0
+        while True:
+            try:
+                line = f.readline()
+            except (EOFError, OSError, zlib.error) as e:
+                raise CorpusError(
+                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
+                    f"Re-download or re-compress the file."
+                ) from None
+            except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
+                if type(e).__name__ != "ZstdError":
+                    raise
+                raise CorpusError(
+                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
+                    f"Re-download or re-compress the file."
+                ) from None
+            if not line:
+                return
+            lineno += 1
+            yield lineno, offset, line
+            offset += len(line)
+
+
+def _field(value, path: Path, where: str, field: str, found) -> str:
+    if isinstance(value, str):
+        return value
+    kind = "null" if value is None else type(value).__name__
+    raise CorpusError(f"{path}:{where}: field {field!r} is {kind}, not a string; the fields are: "
+                      f"{', '.join(found)}. Fix the record, or set tokenize.text_field to the text's field.")
+
+
+def _read_jsonl(path: Path, errors: str, field: str) -> Iterator[str]:
+    for lineno, offset, line in _lines(path):
+        if lineno == 1 and line.startswith(codecs.BOM_UTF8):
+            line, offset = line[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+        text = _decode(line, path, errors, offset)
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path}:{lineno}: not a JSON object ({e.msg} at column {e.colno}); "
+                              f"each line must be one JSON object with a {field!r} field") from None
+        if not isinstance(record, dict):
+            raise CorpusError(f"{path}:{lineno}: a JSON {type(record).__name__}, not an object; "
+                              f"each line must be one JSON object with a {field!r} field")
+        if field not in record:
+            raise CorpusError(f"{path}:{lineno}: no {field!r} field; the fields are: {', '.join(record) or '(none)'}. "
+                              f"Set tokenize.text_field to the field that holds the text.")
+        yield _field(record[field], path, str(lineno), field, record)
+
+
+def _read_parquet(path: Path, field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq  # only users with parquet corpora need it
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:
+        raise CorpusError(f"{path}: not a readable parquet file ({e})") from None
+    columns = pf.schema_arrow.names
+    if field not in columns:
+        raise CorpusError(f"{path}: no {field!r} column; the columns are: {', '.join(columns)}. "
+                          f"Set tokenize.text_field to the column that holds the text.")
+    for group in range(pf.num_row_groups):
+        for batch in pf.iter_batches(batch_size=1024, row_groups=[group], columns=[field]):
+            for i, value in enumerate(batch.column(0).to_pylist()):
+                yield _field(value, path, f"row group {group}, row {i}", field, columns)
+
+
+def read_file(root: Path, path: Path, errors: str = "strict", field: str = "text") -> Iterator[Document]:
+    """Every non-empty document of one corpus file, long ones in pieces."""
+    stream = stream_of(root, path)
+    if suffix_of(path) == ".txt":
+        # Leading blank pieces wait until the document shows text: a blank file is no document.
+        blank: list[str] = []
+        for piece, last in _read_txt(path, errors):
+            if blank is not None and not piece.strip():
+                blank.append(piece)
+                continue
+            for held in blank or ():
+                yield Document(stream, held, False)
+            blank = None
+            yield Document(stream, piece, last)
+        return
+    texts = _read_parquet(path, field) if suffix_of(path) == ".parquet" else _read_jsonl(path, errors, field)
+    for text in texts:
+        if not text.strip():
+            continue
+        pieces = list(cut_points(text)) if len(text) > PIECE_CHARS else [text]
+        for i, piece in enumerate(pieces):
+            yield Document(stream, piece, i == len(pieces) - 1)
+
+
+class CorpusError(ValueError):
+    """Bad corpus input; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document, or one piece of a long one (``last`` is False on every piece but its last)."""
+
+    stream: str  # "train/<tier>" or "heldout/<source>"
+    text: str
+    last: bool = True
+
+
+def suffix_of(path: Path) -> str | None:
+    return next((s for s in SUFFIXES if path.name.endswith(s)), None)
+
+
+def stream_of(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).parts
+    if len(parts) < 2:
+        raise CorpusError(
+            f"{path}: corpus files must live in a tier folder (<root>/<tier>/...), "
+            f"e.g. {root}/gold/{path.name}"
+        )
+    if parts[0] == HELDOUT:
+        name = parts[1]
+        return f"{HELDOUT}/{name[: -len(suffix_of(Path(name)))] if suffix_of(Path(name)) else name}"
+    return f"train/{parts[0]}"
+
+
+def cut_points(text: str, limit: int = PIECE_CHARS) -> Iterator[str]:
+    """``text`` in pieces of at most ``limit`` characters, each cut before the last whitespace
+    character of a run that a non-space follows, where the BPE pre-tokenizer splits anyway.
+    A stretch of ``limit`` characters without such a place is cut hard (documented limit)."""
+    start = 0
+    while len(text) - start > limit:
+        end = start + limit
+        cut = end
+        while cut > start + 1 and not (text[cut - 1].isspace() and not text[cut].isspace()):
+            cut -= 1
+        cut = cut - 1 if cut > start + 1 else end
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def _utf8_error(path: Path, raw: bytes, start: int, offset: int) -> CorpusError:
+    """``raw[start]`` is the bad byte; ``offset`` is where ``raw`` starts in the file."""
+    return CorpusError(
+        f"{path}: not valid UTF-8 at byte offset {offset + start} "
+        f"({raw[start:start + 4]!r}). Re-encode the file as UTF-8, or set "
+        f"tokenize.on_decode_error: replace to substitute U+FFFD."
+    )
+
+
+def _decode(raw: bytes, path: Path, errors: str, offset: int = 0) -> str:
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        raise _utf8_error(path, raw, e.start, offset) from None
+
+
+def _open(path: Path):
+    try:
+        if path.name.endswith(".gz"):
+            return gzip.open(path, "rb")
+        if path.name.endswith(".zst"):
+            import zstandard  # only corpora shipped as .zst need it
+
+            return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+        return open(path, "rb")
+    except PermissionError:
+        raise CorpusError(f"{path}: cannot be read (permission denied). Fix its permissions "
+                          f"(chmod a+r) or move it out of the corpus folder.") from None
+
+
+def _read_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
+    """The file as one document, decoded incrementally, in pieces of at most PIECE_CHARS."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors)
+    pending, offset = "", 0
+    with _open(path) as f:
+        while True:
+            raw = f.read(_READ_BYTES)
+            held = decoder.getstate()[0]  # the unfinished character the last read ended in
+            try:
+                pending += decoder.decode(raw, final=not raw)
+            except UnicodeDecodeError as e:  # e.object is held + raw
+                raise _utf8_error(path, e.object, e.start, offset - len(held)) from None
+            offset += len(raw)
+            if not raw:
+                break
+            if len(pending) > PIECE_CHARS:
+                *pieces, pending = cut_points(pending)
+                for piece in pieces:
+                    yield piece, False
+    yield pending, True
+
+
+def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, line) of a possibly compressed file; truncation named."""
+    offset = 0
+    with _open(path) as raw:
+        f = io.BufferedReader(raw) if not isinstance(raw, io.BufferedIOBase) else raw
+        lineno = 0
+        while True:
+            try:
+                line = f.readline()
+            except (EOFError, OSError, zlib.error) as e:
+                raise CorpusError(
+                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
+                    f"Re-download or re-compress the file."
+                ) from None
+            except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
+                if type(e).__name__ != "ZstdError":
+                    raise
+                raise CorpusError(
+                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
+                    f"Re-download or re-compress the file."
+                ) from None
+            if not line:
+                return
+            lineno += 1
+            yield lineno, offset, line
+            offset += len(line)
+
+
+def _field(value, path: Path, where: str, field: str, found) -> str:
+    if isinstance(value, str):
+        return value
+    kind = "null" if value is None else type(value).__name__
+    raise CorpusError(f"{path}:{where}: field {field!r} is {kind}, not a string; the fields are: "
+                      f"{', '.join(found)}. Fix the record, or set tokenize.text_field to the text's field.")
+
+
+def _read_jsonl(path: Path, errors: str, field: str) -> Iterator[str]:
+    for lineno, offset, line in _lines(path):
+        if lineno == 1 and line.startswith(codecs.BOM_UTF8):
+            line, offset = line[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+        text = _decode(line, path, errors, offset)
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path}:{lineno}: not a JSON object ({e.msg} at column {e.colno}); "
+                              f"each line must be one JSON object with a {field!r} field") from None
+        if not isinstance(record, dict):
+            raise CorpusError(f"{path}:{lineno}: a JSON {type(record).__name__}, not an object; "
+                              f"each line must be one JSON object with a {field!r} field")
+        if field not in record:
+            raise CorpusError(f"{path}:{lineno}: no {field!r} field; the fields are: {', '.join(record) or '(none)'}. "
+                              f"Set tokenize.text_field to the field that holds the text.")
+        yield _field(record[field], path, str(lineno), field, record)
+
+
+def _read_parquet(path: Path, field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq  # only users with parquet corpora need it
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:
+        raise CorpusError(f"{path}: not a readable parquet file ({e})") from None
+    columns = pf.schema_arrow.names
+    if field not in columns:
+        raise CorpusError(f"{path}: no {field!r} column; the columns are: {', '.join(columns)}. "
+                          f"Set tokenize.text_field to the column that holds the text.")
+    for group in range(pf.num_row_groups):
+        for batch in pf.iter_batches(batch_size=1024, row_groups=[group], columns=[field]):
+            for i, value in enumerate(batch.column(0).to_pylist()):
+                yield _field(value, path, f"row group {group}, row {i}", field, columns)
+
+
+def read_file(root: Path, path: Path, errors: str = "strict", field: str = "text") -> Iterator[Document]:
+    """Every non-empty document of one corpus file, long ones in pieces."""
+    stream = stream_of(root, path)
+    if suffix_of(path) == ".txt":
+        pieces = list(_peek_txt(path, errors))
+        yield from (Document(stream, t, last) for t, last in pieces) if pieces else ()
+        return
+    texts = _read_parquet(path, field) if suffix_of(path) == ".parquet" else _read_jsonl(path, errors, field)
+    for text in texts:
+        if not text.strip():
+            continue
+        pieces = list(cut_points(text)) if len(text) > PIECE_CHARS else [text]
+        for i, piece in enumerate(pieces):
+            yield Document(stream, piece, i == len(pieces) - 1)
+
+
+def _peek_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
+    """A text file's pieces, or nothing when the whole file is blank (as an empty document)."""
+    blank = []
+    for piece, last in _read_txt(path, errors):
+        if blank or not piece.strip():
+            blank.append((piece, last))
+            if any(p.strip() for p, _ in blank):
+                yield from blank
+                blank = []
+            continue
+        yield piece, last
 
 
 class Corpus:
     """A lazy view of a corpus folder."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, text_field: str = "text"):
         self.root = Path(root)
+        self.text_field = text_field
 
     def files(self) -> list[Path]:
         if not self.root.is_dir():
             raise CorpusError(
-                f"corpus folder {self.root} does not exist. Run `make corpus` to fetch the "
+                f"corpus folder {self.root} does not exist. Run `make corpus` to lay out the "
                 f"bundled corpus, or point the `corpus` catalog entry at your own folder."
             )
-        files = sorted(p for p in self.root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        files = []
+        for p in sorted(self.root.rglob("*")):
+            if not p.is_file() or suffix_of(p) is None or any(part.startswith(".") for part in p.relative_to(self.root).parts):
+                continue
+            if p.stat().st_size == 0:
+                log.warning("skipping %s: the file is empty", p)
+                continue
+            files.append(p)
         if not files:
             raise CorpusError(
-                f"corpus folder {self.root} holds no .txt, .jsonl or .parquet files. "
+                f"corpus folder {self.root} holds no .txt, .jsonl(.gz|.zst) or .parquet files. "
                 f"Run `make corpus`, or add <tier>/ folders of text files."
             )
         return files
@@ -101,25 +466,14 @@ class Corpus:
     def documents(self, errors: str = "strict") -> Iterator[Document]:
         """Every non-empty document, in sorted file order. ``errors`` is ``strict`` or ``replace``."""
         for path in self.files():
-            stream = stream_of(self.root, path)
-            for text in _read_file(path, errors):
-                if text.strip():
-                    yield Document(stream, text)
+            yield from read_file(self.root, path, errors, self.text_field)
 
     def fingerprint(self) -> str:
         """sha256 over relative paths and contents: changes exactly when the corpus does."""
         h = hashlib.sha256()
         for path in self.files():
             h.update(str(path.relative_to(self.root)).encode())
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+            with open(path, "rb") as f:
+                file_hash = hashlib.file_digest(f, "sha256")
+            h.update(file_hash.digest())
         return h.hexdigest()
-
-
-def capped(docs: Iterator[Document], max_bytes_per_stream: int) -> Iterator[Document]:
-    """The first documents of each stream up to ``max_bytes_per_stream`` (0 = everything)."""
-    used: dict[str, int] = {}
-    for doc in docs:
-        if max_bytes_per_stream and used.get(doc.stream, 0) >= max_bytes_per_stream:
-            continue
-        used[doc.stream] = used.get(doc.stream, 0) + len(doc.text.encode("utf-8"))
-        yield doc

@@ -12,6 +12,8 @@ import types
 import typing
 from typing import Any, Union
 
+from lehr.token_store import parse_slice
+
 
 def _type_ok(value: Any, hint: Any) -> bool:
     origin = typing.get_origin(hint)
@@ -77,6 +79,9 @@ class TokenizeParams:
     batch_size: int  # documents per encode_batch call
     max_bytes_per_stream: int  # cap per stream for quick runs (smoke); 0 = no cap
     on_decode_error: typing.Literal["error", "replace"]  # non-UTF-8 input: stop, or U+FFFD
+    text_field: str = "text"  # the JSONL field / parquet column that holds a document's text
+    workers: int = 0  # encoding processes; 0 = one per core
+    slice: str = "1/1"  # i/N: encode every N-th file from the i-th (one machine of N); the shard stage merges
 
     def __post_init__(self) -> None:
         check_fields(self, "tokenize")
@@ -89,6 +94,9 @@ class TokenizeParams:
         require(self.special_tokens[:1] == ["<|endoftext|>"],
                 "parameter tokenize.special_tokens must start with <|endoftext|>")
         require(self.batch_size > 0, "parameter tokenize.batch_size must be positive")
+        require(self.workers >= 0, f"parameter tokenize.workers = {self.workers} must be >= 0 (0 = one per core)")
+        require(bool(self.text_field), "parameter tokenize.text_field must name a field")
+        parse_slice(self.slice)
 
 
 @dataclasses.dataclass(frozen=True)

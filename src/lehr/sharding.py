@@ -1,4 +1,4 @@
-"""Cut token streams into fixed-size shards and describe them in a manifest.
+"""Cut token streams into shards of a fixed size and describe them in a manifest.
 
 Manifest (``manifest.json``, format 1)::
 
@@ -7,66 +7,109 @@ Manifest (``manifest.json``, format 1)::
      "streams": {"train/gold": {"split": "train", "n_docs", "n_bytes", "n_tokens",
                                 "shards": [{"file": "train/gold/000000.bin", "n_tokens", "sha256"}]}}}
 
-Shard files are raw little-endian arrays of ``dtype`` that the training loop ``np.memmap``s.
+Shard files are raw little-endian arrays of ``dtype`` that the training loop ``np.memmap``s. Each
+stream is cut into full shards and one shorter last shard, whatever the sizes of its streams.
+The tokens are copied from the streams' arrays (memory maps of the token parts) a bounded chunk
+at a time, so memory does not grow with the corpus or with ``shard_tokens``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lehr.atomic import write_bytes_atomic, write_text_atomic
+from lehr.atomic import recover, replace_dir, sibling, write_text_atomic
 
 MANIFEST_FORMAT = 1
+COPY_TOKENS = 4 << 20  # tokens copied at once
 
 
-def cut_shards(
-    streams: dict[str, np.ndarray], stats: dict[str, dict[str, int]], shard_tokens: int, tokenizer: dict
-) -> tuple[dict[str, np.ndarray], dict]:
-    smallest = min(streams, key=lambda s: len(streams[s]))
-    if shard_tokens > len(streams[smallest]):
-        raise ValueError(
-            f"parameter shard.shard_tokens = {shard_tokens} is larger than the data: stream "
-            f"{smallest} has only {len(streams[smallest])} tokens. Use shard.shard_tokens <= "
-            f"{len(streams[smallest])}."
-        )
-    shards: dict[str, np.ndarray] = {}
-    manifest_streams = {}
-    dtypes = {a.dtype for a in streams.values()}
-    assert len(dtypes) == 1, f"token streams disagree on dtype: {dtypes}"
-    for name, tokens in streams.items():
-        entries = []
-        for i, start in enumerate(range(0, len(tokens), shard_tokens)):
-            part = np.ascontiguousarray(tokens[start:start + shard_tokens])
-            file = f"{name}/{i:06d}.bin"
-            shards[file] = part
-            entries.append({"file": file, "n_tokens": int(len(part)),
-                            "sha256": hashlib.sha256(part.tobytes()).hexdigest()})
-        manifest_streams[name] = {"split": name.split("/")[0], **stats[name], "shards": entries}
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "dtype": str(next(iter(dtypes))),
-        "shard_tokens": shard_tokens,
-        "tokenizer": tokenizer,
-        "streams": manifest_streams,
-    }
-    return shards, manifest
+def _chunks(arrays: Sequence[np.ndarray]) -> Iterator[np.ndarray]:
+    for a in arrays:
+        for start in range(0, len(a), COPY_TOKENS):
+            yield a[start:start + COPY_TOKENS]
 
 
-def write_shard_set(root: Path, shards: dict[str, np.ndarray], manifest: dict, tokenizer_json: str) -> None:
-    """Shard files, ``tokenizer.json`` and ``manifest.json`` in ``root``.
+def _write_stream(folder: Path, name: str, arrays: Sequence[np.ndarray], shard_tokens: int) -> list[dict]:
+    """The stream's shards under ``folder/name``; returns their manifest entries."""
+    entries: list[dict] = []
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    f, h, n = None, None, 0
 
-    Each shard is written under a temporary name and renamed, and the manifest goes last, so a
-    killed run never leaves a manifest that claims a shard that is not complete on disk.
+    def close() -> None:
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        entries.append({"file": f"{name}/{len(entries):06d}.bin", "n_tokens": n, "sha256": h.hexdigest()})
+
+    for chunk in _chunks(arrays):
+        while len(chunk):
+            if f is None:
+                f, h, n = open(folder / name / f"{len(entries):06d}.bin", "wb"), hashlib.sha256(), 0
+            take = chunk[:shard_tokens - n]
+            data = np.ascontiguousarray(take).tobytes()
+            f.write(data)
+            h.update(data)
+            n += len(take)
+            chunk = chunk[len(take):]
+            if n == shard_tokens:
+                close()
+                f = None
+    if f is not None:
+        close()
+    return entries
+
+
+def write_shard_set(root: Path, streams: dict[str, Sequence[np.ndarray]], stats: dict[str, dict[str, int]],
+                    shard_tokens: int, tokenizer: dict, tokenizer_json: str) -> dict:
+    """Shard files, ``tokenizer.json`` and ``manifest.json`` in ``root``; returns the manifest.
+
+    The new set is built beside ``root`` and swapped in whole, so a failed or killed write (disk
+    full, kill -9) leaves the previous shard set as it was and no half-written one in its place.
     """
-    manifest_path = root / "manifest.json"
-    manifest_path.unlink(missing_ok=True)
-    for stale in set(root.glob("**/*.bin")) - {root / f for f in shards}:
-        stale.unlink()
-    for file, tokens in shards.items():
-        write_bytes_atomic(root / file, tokens.tobytes())
-    write_text_atomic(root / "tokenizer.json", tokenizer_json)
-    write_text_atomic(manifest_path, json.dumps(manifest, indent=1))
+    root = Path(root)
+    dtypes = {a.dtype for arrays in streams.values() for a in arrays}
+    if len(dtypes) > 1:
+        raise ValueError(f"token streams disagree on dtype: {sorted(map(str, dtypes))}")
+    recover(root.parent, root.name)
+    staging = sibling(root, "tmp")
+    try:
+        staging.mkdir(parents=True)
+        manifest_streams = {}
+        for name in sorted(streams):
+            entries = _write_stream(staging, name, streams[name], shard_tokens)
+            manifest_streams[name] = {"split": name.split("/")[0], **stats[name], "shards": entries}
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "dtype": str(next(iter(dtypes))) if dtypes else "uint16",
+            "shard_tokens": shard_tokens,
+            "tokenizer": tokenizer,
+            "streams": manifest_streams,
+        }
+        write_text_atomic(staging / "tokenizer.json", tokenizer_json)
+        write_text_atomic(staging / "manifest.json", json.dumps(manifest, indent=1))
+        replace_dir(staging, root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What the shard node decides and the shards dataset writes (the tokens stay memory-mapped)."""
+
+    streams: dict[str, Sequence[np.ndarray]]
+    stats: dict[str, dict[str, int]]
+    shard_tokens: int
+    tokenizer: dict
+    tokenizer_json: str
+
+    def write(self, root: Path) -> dict:
+        return write_shard_set(root, self.streams, self.stats, self.shard_tokens, self.tokenizer, self.tokenizer_json)

@@ -4,17 +4,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.sharding import write_shard_set
+from lehr.sharding import ShardSpec
 
 
-class ShardsDataset(AbstractDataset[tuple[dict[str, np.ndarray], dict, str], dict]):
+class ShardsDataset(AbstractDataset[ShardSpec, dict]):
     """A self-describing shard set: shard files, ``tokenizer.json`` and ``manifest.json``.
 
-    Saves ``(shards, manifest, tokenizer_json)`` with ``lehr.sharding.write_shard_set`` (atomic,
-    manifest last); loads the manifest. Keeping the tokenizer beside the shards lets the training
+    Saves a ``ShardSpec`` with ``lehr.sharding.write_shard_set`` (built beside the folder and
+    swapped in whole); loads the manifest. Keeping the tokenizer beside the shards lets the training
     engine read one folder and nothing else. The loaded manifest gains ``root``, the folder its
     shard paths are relative to.
     """
@@ -38,8 +37,8 @@ class ShardsDataset(AbstractDataset[tuple[dict[str, np.ndarray], dict, str], dic
         manifest["root"] = str(self._path)
         return manifest
 
-    def save(self, data: tuple[dict[str, np.ndarray], dict, str]) -> None:
-        write_shard_set(self._path, *data)
+    def save(self, data: ShardSpec) -> None:
+        data.write(self._path)
 
     def _exists(self) -> bool:
         return self.manifest_path.is_file()

@@ -1,51 +1,36 @@
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.atomic import write_bytes_atomic, write_text_atomic
+from lehr import token_store
+from lehr.token_store import TokenStoreError, TokenStreams
 
-Streams = dict[str, np.ndarray]
 
+class TokenStreamsDataset(AbstractDataset[dict, TokenStreams]):
+    """The tokenize stage's token folder (see ``lehr.token_store``).
 
-class TokenStreamsDataset(AbstractDataset[tuple[Streams, dict], tuple[Streams, dict]]):
-    """Token arrays per stream (``train/gold``, ``heldout/sotu``...) plus their byte/token stats.
-
-    On disk: ``<path>/<stream>.bin`` and ``<path>/streams.json``, the index written last.
+    The encode node writes the token parts itself as it goes (the ``token_parts`` entry); saving
+    here writes the index over them, last, so the folder never claims parts that are not complete.
+    Loading merges the index (or the N slice indexes) into memory-mapped streams.
     """
 
     def __init__(self, path: str):
         self._path = Path(path)
 
-    def load(self) -> tuple[Streams, dict]:
-        index_path = self._path / "streams.json"
-        if not index_path.is_file():
-            raise DatasetError(f"{index_path} is missing: run the tokenize stage first (`dvc repro tokenize`)")
-        index = json.loads(index_path.read_text())
-        dtype = np.dtype(index["dtype"])
-        streams = {name: np.fromfile(self._path / f"{name}.bin", dtype=dtype) for name in index["streams"]}
-        return streams, index["streams"]
+    def load(self) -> TokenStreams:
+        try:
+            return token_store.load(self._path)
+        except TokenStoreError as e:
+            raise DatasetError(str(e)) from None
 
-    def save(self, data: tuple[Streams, dict]) -> None:
-        streams, stats = data
-        index_path = self._path / "streams.json"
-        index_path.unlink(missing_ok=True)  # no index until every array is in place
-        for old in self._path.glob("**/*.bin"):
-            os.remove(old)
-        for name, tokens in streams.items():
-            write_bytes_atomic(self._path / f"{name}.bin", tokens.tobytes())
-        dtype = str(next(iter(streams.values())).dtype)
-        write_text_atomic(index_path, json.dumps({"dtype": dtype, "streams": stats}, indent=2))
+    def save(self, data: dict) -> None:
+        token_store.save_index(self._path, data)
 
     def _exists(self) -> bool:
         return (self._path / "streams.json").is_file()
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}
-
-

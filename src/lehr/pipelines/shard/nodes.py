@@ -1,20 +1,24 @@
-"""Shard: cut token streams into memmap-able files with a sha256 manifest."""
+"""Shard: cut the token streams into memmap-able files with a sha256 manifest."""
 
 from __future__ import annotations
 
-import numpy as np
 from tokenizers import Tokenizer
 
 from lehr.params import ShardParams
-from lehr.sharding import cut_shards
+from lehr.sharding import ShardSpec
+from lehr.token_store import TokenStoreError, TokenStreams
 from lehr.tokenization import EOT, tokenizer_sha256
 
 
-def shard_streams(
-    token_streams: tuple[dict[str, np.ndarray], dict], tokenizer: Tokenizer, params: ShardParams
-) -> tuple[dict[str, np.ndarray], dict, str]:
-    streams, stats = token_streams
-    info = {"sha256": tokenizer_sha256(tokenizer), "vocab_size": tokenizer.get_vocab_size(),
-            "eot_id": tokenizer.token_to_id(EOT)}
-    shards, manifest = cut_shards(streams, stats, params.shard_tokens, info)
-    return shards, manifest, tokenizer.to_str()
+def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> ShardSpec:
+    sha = tokenizer_sha256(tokenizer)
+    if sha != token_streams.tokenizer_sha256:
+        raise TokenStoreError(
+            f"the tokenizer ({sha[:12]}) is not the one that encoded the token streams in {token_streams.root} "
+            f"({token_streams.tokenizer_sha256[:12]}): the tokenizer file was replaced after tokenize ran. "
+            f"Re-run the tokenize stage (dvc repro tokenize) so tokens and tokenizer match."
+        )
+    info = {"sha256": sha, "vocab_size": tokenizer.get_vocab_size(), "eot_id": tokenizer.token_to_id(EOT)}
+    names = list(token_streams.streams)
+    return ShardSpec({n: token_streams.arrays(n) for n in names}, {n: token_streams.stats(n) for n in names},
+                     params.shard_tokens, info, tokenizer.to_str())

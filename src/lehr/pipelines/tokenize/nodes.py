@@ -1,26 +1,34 @@
-"""Tokenize: fit a byte-level BPE on the training text, then encode every stream."""
+"""Tokenize: fit a byte-level BPE on a sample of the training text, then encode every stream to disk."""
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+
 from tokenizers import Tokenizer
 
-from lehr.corpus import Corpus, capped
+from lehr.corpus import Corpus
 from lehr.params import TokenizeParams
-from lehr.tokenization import encode_streams, training_sample, train_bpe
+from lehr.token_store import Settings, encode_corpus_to_parts, plan, task_documents
+from lehr.tokenization import train_bpe, training_sample
 
 
-def _documents(corpus: Corpus, params: TokenizeParams):
-    errors = "strict" if params.on_decode_error == "error" else "replace"
-    return capped(corpus.documents(errors), params.max_bytes_per_stream)
+def _settings(params: TokenizeParams) -> Settings:
+    return Settings(errors="strict" if params.on_decode_error == "error" else "replace",
+                    text_field=params.text_field, cap=params.max_bytes_per_stream, batch_size=params.batch_size)
 
 
 def train_tokenizer(corpus: Corpus, params: TokenizeParams) -> Tokenizer:
-    sample = training_sample(_documents(corpus, params), params.train_sample_bytes)
+    corpus = Corpus(corpus.root, params.text_field)
+    settings = _settings(params)
+    train = [t for t in plan(corpus, settings.cap) if t.stream.startswith("train/")]
+    docs = (d for t in train for d in task_documents(t, corpus.root, settings))
+    sample = training_sample(docs, params.train_sample_bytes)
     if not sample:
         raise ValueError(f"corpus {corpus.root} has no training documents (only held-out ones?)")
     return train_bpe(sample, params.vocab_size, params.special_tokens, params.min_frequency)
 
 
-def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, params: TokenizeParams) -> tuple[dict[str, np.ndarray], dict]:
-    return encode_streams(tokenizer, _documents(corpus, params), params.batch_size)
+def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, params: TokenizeParams, token_parts: Path) -> dict:
+    """Tokens go to ``token_parts`` as they are made; returns the index the catalog saves beside them."""
+    return encode_corpus_to_parts(Corpus(corpus.root, params.text_field), tokenizer, Path(token_parts),
+                                  _settings(params), params.workers, params.slice)

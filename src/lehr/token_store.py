@@ -1,0 +1,294 @@
+"""Token streams on disk, written as they are encoded, by any number of worker processes.
+
+Layout of the tokenize stage's output folder::
+
+    parts/<key>.bin             the tokens of one task (a corpus file; or, under a per-stream
+                                cap, all files of a stream), appended as they are encoded
+    parts/<key>.json            that part's record, written after its .bin is complete
+    streams.json                the index of a whole run
+    streams-<i>-of-<N>.json     the index of slice i of N (``tokenize.slice``), for runs split
+                                across machines; the shard stage merges the N of them
+
+A part's key hashes what makes its bytes (the tokenizer, the files with their sizes and
+modification times, the reading settings), so a rerun after a kill reuses every finished part
+and encodes only the rest. The bytes of a part depend on its task alone, never on the number of
+workers or slices, so every split of the work gives the same streams.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lehr.atomic import fsync_dir, sibling, write_text_atomic
+from lehr.corpus import Corpus, Document, read_file, stream_of
+
+FORMAT = 2
+log = logging.getLogger(__name__)
+_SLICE_INDEX = re.compile(r"^streams-(\d+)-of-(\d+)\.json$")
+
+
+class TokenStoreError(ValueError):
+    """Token streams that cannot be used; the message names the file and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    index: int
+    stream: str
+    files: tuple[str, ...]  # relative to the corpus root, in read order
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything besides the tokenizer and the files that changes a part's bytes."""
+
+    errors: str  # strict | replace
+    text_field: str
+    cap: int  # max_bytes_per_stream; 0 = none
+    batch_size: int
+
+
+def plan(corpus: Corpus, cap: int) -> list[Task]:
+    """One task per file; under a per-stream cap one per stream (the cap runs across its files)."""
+    files = corpus.files()
+    if not cap:
+        return [Task(i, stream_of(corpus.root, f), (str(f.relative_to(corpus.root)),)) for i, f in enumerate(files)]
+    by_stream: dict[str, list[str]] = {}
+    for f in files:
+        by_stream.setdefault(stream_of(corpus.root, f), []).append(str(f.relative_to(corpus.root)))
+    return [Task(i, s, tuple(fs)) for i, (s, fs) in enumerate(by_stream.items())]
+
+
+def parse_slice(spec: str) -> tuple[int, int]:
+    """``"i/N"`` (1-based) -> (i, N)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", spec)
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise ValueError(f"parameter tokenize.slice = {spec!r} must be i/N with 1 <= i <= N, e.g. 1/1 or 2/4")
+    return int(m[1]), int(m[2])
+
+
+def _key(task: Task, root: Path, tokenizer_sha: str, settings: Settings) -> str:
+    files = []
+    for rel in task.files:
+        st = (root / rel).stat()
+        files.append([rel, st.st_size, st.st_mtime_ns])
+    blob = json.dumps({"format": FORMAT, "tokenizer": tokenizer_sha, "stream": task.stream, "files": files,
+                       "settings": dataclasses.asdict(settings)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
+    """The first documents of a stream up to ``cap`` bytes; a document is kept or dropped whole."""
+    used, keep, starting = 0, True, True
+    for doc in docs:
+        if starting:
+            keep = not cap or used < cap
+        if keep:
+            used += len(doc.text.encode("utf-8"))
+            yield doc
+        starting = doc.last
+
+
+def task_documents(task: Task, root: Path, settings: Settings) -> Iterator[Document]:
+    docs = (d for rel in task.files for d in read_file(root, root / rel, settings.errors, settings.text_field))
+    return _capped(docs, settings.cap)
+
+
+_WORKER_TOKENIZER: dict[str, object] = {}
+
+
+def _worker_init() -> None:
+    # Each worker process encodes on one core; the processes are the parallelism.
+    os.environ["RAYON_NUM_THREADS"] = "1"
+
+
+def encode_task(task: Task, corpus_root: str, out_dir: str, tokenizer_json: str, tokenizer_sha: str,
+                settings: Settings) -> dict:
+    """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
+    from tokenizers import Tokenizer
+
+    from lehr.tokenization import encode_documents
+
+    root, parts = Path(corpus_root), Path(out_dir)
+    key = _key(task, root, tokenizer_sha, settings)
+    record_path = parts / f"{key}.json"
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        if (parts / record["file"]).is_file() and (parts / record["file"]).stat().st_size == record["n_bytes_on_disk"]:
+            return {**record, "reused": True}
+    tok = _WORKER_TOKENIZER.get(tokenizer_sha)
+    if tok is None:
+        tok = _WORKER_TOKENIZER[tokenizer_sha] = Tokenizer.from_str(tokenizer_json)
+    parts.mkdir(parents=True, exist_ok=True)
+    final = parts / f"{key}.bin"
+    tmp = sibling(final, "tmp")
+    n_docs = n_bytes = n_tokens = 0
+    try:
+        with open(tmp, "wb") as f:
+            for doc, ids in encode_documents(tok, task_documents(task, root, settings), settings.batch_size):
+                f.write(ids.tobytes())
+                n_docs += doc.last
+                n_bytes += len(doc.text.encode("utf-8"))
+                n_tokens += len(ids)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    record = {"task": task.index, "stream": task.stream, "sources": list(task.files), "file": final.name,
+              "n_docs": n_docs, "n_bytes": n_bytes, "n_tokens": n_tokens, "n_bytes_on_disk": final.stat().st_size}
+    write_text_atomic(record_path, json.dumps(record))
+    return {**record, "reused": False}
+
+
+def _run(tasks: list[Task], workers: int, args: tuple) -> Iterator[dict]:
+    if workers <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield encode_task(t, *args)
+        return
+    # spawn, not fork: the parent's tokenizer may already run Rust threads, which fork breaks.
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+        futures = [pool.submit(encode_task, t, *args) for t in tasks]
+        try:
+            for fut in futures:  # in task order, so progress and errors are reported in file order
+                yield fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def encode_corpus_to_parts(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings,
+                           workers: int, slice_spec: str) -> dict:
+    """Encode this slice's tasks into ``parts_dir``; returns the slice's index (see the module doc)."""
+    from lehr.tokenization import token_dtype, tokenizer_sha256
+
+    i, n = parse_slice(slice_spec)
+    tasks = plan(corpus, settings.cap)
+    mine = [t for t in tasks if t.index % n == i - 1]
+    workers = workers or os.cpu_count() or 1
+    sha = tokenizer_sha256(tokenizer)
+    args = (str(corpus.root), str(parts_dir), tokenizer.to_str(), sha, settings)
+    t0, done_bytes, reused = time.perf_counter(), 0, 0
+    records = []
+    with tqdm(total=len(mine), unit="file", desc=f"encode {i}/{n}", mininterval=1.0) as bar:
+        for rec in _run(mine, min(workers, len(mine)), args):
+            records.append(rec)
+            reused += rec["reused"]
+            done_bytes += 0 if rec["reused"] else rec["n_bytes"]
+            bar.update(1)
+            bar.set_postfix_str(f"{done_bytes / 1e6 / max(time.perf_counter() - t0, 1e-9):.2f} MB/s", refresh=False)
+    seconds = max(time.perf_counter() - t0, 1e-9)
+    log.info("encoded %.1f MB in %.1f s (%.2f MB/s) with %d worker(s); %d of %d task(s) reused from an "
+             "earlier run", done_bytes / 1e6, seconds, done_bytes / 1e6 / seconds, workers, reused, len(mine))
+    streams: dict[str, dict] = {}
+    for rec in records:
+        s = streams.setdefault(rec["stream"], {"n_docs": 0, "n_bytes": 0, "n_tokens": 0, "parts": []})
+        for k in ("n_docs", "n_bytes", "n_tokens"):
+            s[k] += rec[k]
+        s["parts"].append({"task": rec["task"], "file": f"parts/{rec['file']}", "n_tokens": rec["n_tokens"]})
+    total = sum(s["n_tokens"] for s in streams.values())
+    if n == 1 and total:
+        log.info("%.3f tokens per byte", total / max(sum(s["n_bytes"] for s in streams.values()), 1))
+    return {"format": FORMAT, "dtype": str(token_dtype(tokenizer.get_vocab_size())), "tokenizer_sha256": sha,
+            "slice": [i, n], "n_tasks": len(tasks), "streams": dict(sorted(streams.items()))}
+
+
+def index_name(index: dict) -> str:
+    i, n = index["slice"]
+    return "streams.json" if n == 1 else f"streams-{i}-of-{n}.json"
+
+
+def save_index(root: Path, index: dict) -> None:
+    """Write a run's index; a whole run then clears the slice indexes and parts it does not use.
+
+    Only lehr's own files in its own output folder go. A slice leaves the others' files alone
+    (they may be writing now) and retires a whole run's index, which would hide the slices.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(root / index_name(index), json.dumps(index, indent=1))
+    if index["slice"][1] != 1:
+        (root / "streams.json").unlink(missing_ok=True)
+        return
+    for old in root.glob("streams-*-of-*.json"):
+        old.unlink()
+    used = {Path(p["file"]).stem for s in index["streams"].values() for p in s["parts"]}
+    for path in (root / "parts").glob("*") if (root / "parts").is_dir() else []:
+        stem = path.name.split(".")[0]
+        if path.suffix in (".bin", ".json") and stem not in used:
+            path.unlink()
+    fsync_dir(root)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenStreams:
+    """The merged index of a token folder; ``arrays(stream)`` memory-maps a stream's parts in order."""
+
+    root: Path
+    dtype: np.dtype
+    tokenizer_sha256: str
+    streams: dict[str, dict]  # name -> {n_docs, n_bytes, n_tokens, parts: [{task, file, n_tokens}]}
+
+    def stats(self, name: str) -> dict[str, int]:
+        return {k: self.streams[name][k] for k in ("n_docs", "n_bytes", "n_tokens")}
+
+    def arrays(self, name: str) -> list[np.ndarray]:
+        out = []
+        for part in self.streams[name]["parts"]:
+            path = self.root / part["file"]
+            if not path.is_file():
+                raise TokenStoreError(f"{path}, listed in the index of {self.root}, is missing: re-run the tokenize stage")
+            if part["n_tokens"]:
+                out.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(part["n_tokens"],)))
+        return out
+
+
+def load(root: Path) -> TokenStreams:
+    """The whole run's index, or the N slice indexes merged (all N must be there, from one tokenizer)."""
+    whole = root / "streams.json"
+    if whole.is_file():
+        indexes = [json.loads(whole.read_text())]
+    else:
+        found = {}
+        for p in root.glob("streams-*-of-*.json"):
+            m = _SLICE_INDEX.match(p.name)
+            found.setdefault(int(m[2]), {})[int(m[1])] = json.loads(p.read_text())
+        if not found:
+            raise TokenStoreError(f"{whole} is missing: run the tokenize stage first (`dvc repro tokenize`)")
+        if len(found) > 1:
+            raise TokenStoreError(f"{root} holds slice indexes of different splits ({sorted(found)} slices): "
+                                  f"remove the streams-*-of-*.json files of the split you no longer use")
+        ((n, slices),) = found.items()
+        missing = sorted(set(range(1, n + 1)) - set(slices))
+        if missing:
+            raise TokenStoreError(f"{root}: slice(s) {', '.join(f'{i}/{n}' for i in missing)} of the tokenize run are "
+                                  f"not finished: run `kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each")
+        indexes = [slices[i] for i in sorted(slices)]
+    if any(ix.get("format") != FORMAT for ix in indexes):
+        raise TokenStoreError(f"{root} was written by another version of lehr: re-run the tokenize stage")
+    shas = {ix["tokenizer_sha256"] for ix in indexes}
+    if len(shas) > 1:
+        raise TokenStoreError(f"the tokenize slices in {root} were encoded with different tokenizers; re-run them all")
+    streams: dict[str, dict] = {}
+    for ix in indexes:
+        for name, s in ix["streams"].items():
+            m = streams.setdefault(name, {"n_docs": 0, "n_bytes": 0, "n_tokens": 0, "parts": []})
+            for k in ("n_docs", "n_bytes", "n_tokens"):
+                m[k] += s[k]
+            m["parts"].extend(s["parts"])
+    for s in streams.values():
+        s["parts"].sort(key=lambda p: p["task"])
+    return TokenStreams(root, np.dtype(indexes[0]["dtype"]), shas.pop(), dict(sorted(streams.items())))
