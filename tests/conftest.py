@@ -24,7 +24,8 @@ from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
 from tests.e2e import make_repo, sh, stages_run
 
 SMOKE_TOKENIZE = dict(vocab_size=512, special_tokens=["<|endoftext|>"], train_sample_bytes=200_000,
-                      min_frequency=2, batch_size=256, max_bytes_per_stream=120_000, on_decode_error="error")
+                      min_frequency=2, batch_size=256, max_bytes_per_stream=120_000, on_decode_error="error",
+                      workers=1)
 
 
 @pytest.fixture(scope="session")
@@ -61,9 +62,9 @@ def smoke_shards(tmp_path_factory, corpus_dir) -> Path:
     params = TokenizeParams(**SMOKE_TOKENIZE)
     tok = train_tokenizer(corpus, params)
     TokenizerDataset(str(root / "tokenizer.json")).save(tok)
-    streams = encode_corpus(corpus, tok, params)
-    TokenStreamsDataset(str(root / "tokens")).save(streams)
-    ShardsDataset(str(root / "shards")).save(shard_streams(streams, tok, ShardParams(shard_tokens=4096)))
+    tokens = TokenStreamsDataset(str(root / "tokens"))
+    tokens.save(encode_corpus(corpus, tok, params, root / "tokens" / "parts"))
+    ShardsDataset(str(root / "shards")).save(shard_streams(tokens.load(), tok, ShardParams(shard_tokens=4096)))
     return root / "shards"
 
 

