@@ -44,7 +44,7 @@ test: corpus
 	$(BIN)/python -m pytest
 
 bench: setup
-	$(BIN)/python bench/tokenize.py
+	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/train_loop.py
 
 # MLflow's UI on this machine only; job execution off keeps it to two processes.

@@ -13,26 +13,23 @@ dependencies (GPU images rarely hold Kedro): the CPU test suite's claims, seen o
 
 from __future__ import annotations
 
+import collections
+import logging
+import os
 import sys
+import tempfile
+import traceback
+import warnings
+from pathlib import Path
 
-sys.path.append(sys.path.pop(0))  # bench/tokenize.py must not shadow the stdlib module
+import torch
+from safetensors.torch import load_file
+from synthetic import synthetic_shards
 
-import collections  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import traceback  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
-from synthetic import synthetic_shards  # noqa: E402
-
-from lehr.engine import checkpoint  # noqa: E402
-from lehr.engine.config import TrainConfig  # noqa: E402
-from lehr.engine.loop import FAULT_ENV, DivergedError, train  # noqa: E402
-from lehr.engine.model import preset  # noqa: E402
+from lehr.engine import checkpoint
+from lehr.engine.config import TrainConfig
+from lehr.engine.loop import FAULT_ENV, DivergedError, train
+from lehr.engine.model import preset
 
 EVENTS: list = []
 RESULTS: list[tuple[bool, str]] = []

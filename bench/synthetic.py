@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, models
 
-from lehr.sharding import cut_shards, write_shard_set
+from lehr.sharding import write_shard_set
 from lehr.tokenization import token_dtype, tokenizer_sha256
 
 
@@ -20,6 +20,6 @@ def synthetic_shards(root: Path, vocab_size: int, n_tokens: int = 4_000_000, sha
     stats = {k: {"n_docs": 1, "n_bytes": 4 * len(v), "n_tokens": len(v)} for k, v in streams.items()}
     tok = Tokenizer(models.BPE())
     info = {"sha256": tokenizer_sha256(tok), "vocab_size": vocab_size, "eot_id": 0}
-    shards, manifest = cut_shards(streams, stats, shard_tokens, info)
-    write_shard_set(root, shards, manifest, tok.to_str())
+    write_shard_set(root, {k: (lambda v=v: iter([v])) for k, v in streams.items()}, stats, dtype, shard_tokens, info,
+                    tok.to_str())
     return root

@@ -10,28 +10,22 @@ Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share
 
 from __future__ import annotations
 
-import sys
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
 
-# bench/tokenize.py is named like the stdlib module: search this folder last, so that
-# `import logging` (which imports tokenize) finds the real one.
-sys.path.append(sys.path.pop(0))
+import torch
+from synthetic import synthetic_shards
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-from synthetic import synthetic_shards  # noqa: E402
-
-from lehr.engine import checkpoint, fp8  # noqa: E402
-from lehr.engine.config import TrainConfig  # noqa: E402
-from lehr.engine.data import ShardSet, TrainStream  # noqa: E402
-from lehr.engine.hardware import resolve  # noqa: E402
-from lehr.engine.loop import build_optimizer, train  # noqa: E402
-from lehr.engine.model import Transformer, preset  # noqa: E402
+from lehr.engine import checkpoint, fp8
+from lehr.engine.config import TrainConfig
+from lehr.engine.data import ShardSet, TrainStream
+from lehr.engine.hardware import resolve
+from lehr.engine.loop import build_optimizer, train
+from lehr.engine.model import Transformer, preset
 
 MIX = {"gold": 1.0, "silver": 1.0}
 

@@ -72,7 +72,7 @@ def test_streams_end_documents_with_eot_and_count_bytes(corpus_dir, tmp_path):
     tok, ds = _tokenize(corpus_dir, tmp_path)
     streams, eot = ds.load(), tok.token_to_id("<|endoftext|>")
     for name in streams.streams:
-        tokens = np.concatenate(streams.arrays(name))
+        tokens = np.concatenate(list(streams.chunks(name, tokens=1000)))
         stats = streams.stats(name)
         assert tokens.dtype == np.uint16
         assert tokens[-1] == eot and (tokens == eot).sum() == stats["n_docs"]

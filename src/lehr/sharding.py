@@ -9,8 +9,9 @@ Manifest (``manifest.json``, format 1)::
 
 Shard files are raw little-endian arrays of ``dtype`` that the training loop ``np.memmap``s. Each
 stream is cut into full shards and one shorter last shard, whatever the sizes of its streams.
-The tokens are copied from the streams' arrays (memory maps of the token parts) a bounded chunk
-at a time, so memory does not grow with the corpus or with ``shard_tokens``.
+The tokens are read from the token parts a bounded chunk at a time (plain reads, not memory maps,
+whose touched pages would count against the process), so memory grows neither with the corpus
+nor with ``shard_tokens``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,16 +29,12 @@ import numpy as np
 from lehr.atomic import recover, replace_dir, sibling, write_text_atomic
 
 MANIFEST_FORMAT = 1
-COPY_TOKENS = 4 << 20  # tokens copied at once
 
 
-def _chunks(arrays: Sequence[np.ndarray]) -> Iterator[np.ndarray]:
-    for a in arrays:
-        for start in range(0, len(a), COPY_TOKENS):
-            yield a[start:start + COPY_TOKENS]
+Chunks = Callable[[], Iterator[np.ndarray]]  # a stream's tokens in order, a bounded chunk at a time
 
 
-def _write_stream(folder: Path, name: str, arrays: Sequence[np.ndarray], shard_tokens: int) -> list[dict]:
+def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int) -> list[dict]:
     """The stream's shards under ``folder/name``; returns their manifest entries."""
     entries: list[dict] = []
     (folder / name).mkdir(parents=True, exist_ok=True)
@@ -49,7 +46,7 @@ def _write_stream(folder: Path, name: str, arrays: Sequence[np.ndarray], shard_t
         f.close()
         entries.append({"file": f"{name}/{len(entries):06d}.bin", "n_tokens": n, "sha256": h.hexdigest()})
 
-    for chunk in _chunks(arrays):
+    for chunk in chunks():
         while len(chunk):
             if f is None:
                 f, h, n = open(folder / name / f"{len(entries):06d}.bin", "wb"), hashlib.sha256(), 0
@@ -67,7 +64,7 @@ def _write_stream(folder: Path, name: str, arrays: Sequence[np.ndarray], shard_t
     return entries
 
 
-def write_shard_set(root: Path, streams: dict[str, Sequence[np.ndarray]], stats: dict[str, dict[str, int]],
+def write_shard_set(root: Path, streams: dict[str, Chunks], stats: dict[str, dict[str, int]], dtype: np.dtype,
                     shard_tokens: int, tokenizer: dict, tokenizer_json: str) -> dict:
     """Shard files, ``tokenizer.json`` and ``manifest.json`` in ``root``; returns the manifest.
 
@@ -75,9 +72,6 @@ def write_shard_set(root: Path, streams: dict[str, Sequence[np.ndarray]], stats:
     full, kill -9) leaves the previous shard set as it was and no half-written one in its place.
     """
     root = Path(root)
-    dtypes = {a.dtype for arrays in streams.values() for a in arrays}
-    if len(dtypes) > 1:
-        raise ValueError(f"token streams disagree on dtype: {sorted(map(str, dtypes))}")
     recover(root.parent, root.name)
     staging = sibling(root, "tmp")
     try:
@@ -88,7 +82,7 @@ def write_shard_set(root: Path, streams: dict[str, Sequence[np.ndarray]], stats:
             manifest_streams[name] = {"split": name.split("/")[0], **stats[name], "shards": entries}
         manifest = {
             "format": MANIFEST_FORMAT,
-            "dtype": str(next(iter(dtypes))) if dtypes else "uint16",
+            "dtype": str(np.dtype(dtype)),
             "shard_tokens": shard_tokens,
             "tokenizer": tokenizer,
             "streams": manifest_streams,
@@ -105,11 +99,13 @@ def write_shard_set(root: Path, streams: dict[str, Sequence[np.ndarray]], stats:
 class ShardSpec:
     """What the shard node decides and the shards dataset writes (the tokens stay memory-mapped)."""
 
-    streams: dict[str, Sequence[np.ndarray]]
+    streams: dict[str, Chunks]
     stats: dict[str, dict[str, int]]
+    dtype: np.dtype
     shard_tokens: int
     tokenizer: dict
     tokenizer_json: str
 
     def write(self, root: Path) -> dict:
-        return write_shard_set(root, self.streams, self.stats, self.shard_tokens, self.tokenizer, self.tokenizer_json)
+        return write_shard_set(root, self.streams, self.stats, self.dtype, self.shard_tokens, self.tokenizer,
+                               self.tokenizer_json)

@@ -36,6 +36,7 @@ from lehr.atomic import fsync_dir, sibling, write_text_atomic
 from lehr.corpus import Corpus, Document, read_file, stream_of
 
 FORMAT = 2
+READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``
 log = logging.getLogger(__name__)
 _SLICE_INDEX = re.compile(r"^streams-(\d+)-of-(\d+)\.json$")
 
@@ -235,7 +236,7 @@ def save_index(root: Path, index: dict) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class TokenStreams:
-    """The merged index of a token folder; ``arrays(stream)`` memory-maps a stream's parts in order."""
+    """The merged index of a token folder; ``chunks(stream)`` reads a stream's tokens in order."""
 
     root: Path
     dtype: np.dtype
@@ -245,15 +246,19 @@ class TokenStreams:
     def stats(self, name: str) -> dict[str, int]:
         return {k: self.streams[name][k] for k in ("n_docs", "n_bytes", "n_tokens")}
 
-    def arrays(self, name: str) -> list[np.ndarray]:
-        out = []
-        for part in self.streams[name]["parts"]:
-            path = self.root / part["file"]
+    def _paths(self, name: str) -> list[Path]:
+        paths = [self.root / part["file"] for part in self.streams[name]["parts"]]
+        for path in paths:
             if not path.is_file():
                 raise TokenStoreError(f"{path}, listed in the index of {self.root}, is missing: re-run the tokenize stage")
-            if part["n_tokens"]:
-                out.append(np.memmap(path, dtype=self.dtype, mode="r", shape=(part["n_tokens"],)))
-        return out
+        return paths
+
+    def chunks(self, name: str, tokens: int = READ_TOKENS) -> Iterator[np.ndarray]:
+        """The stream's tokens in order, read ``tokens`` at a time."""
+        for path in self._paths(name):
+            with open(path, "rb") as f:
+                while len(chunk := np.fromfile(f, dtype=self.dtype, count=tokens)):
+                    yield chunk
 
 
 def load(root: Path) -> TokenStreams:

@@ -37,7 +37,6 @@ CASES = [
     ("unknown param key", "tokenize", ["tokenize.vocab_sise=300"], "vocab_sise"),
     ("wrong param type", "tokenize", ["tokenize.vocab_size=big"], "tokenize.vocab_size = 'big' has the wrong type"),
     ("vocab size out of range", "tokenize", ["tokenize.vocab_size=100"], "tokenize.vocab_size = 100 is out of range"),
-    ("shard larger than the data", "shard", ["shard.shard_tokens=100000000"], "is larger than the data"),
     ("zero learning rate", "pretrain_stable", ["pretrain.lr=0.0"], "pretrain.lr = 0.0 must be positive"),
     ("negative learning rate", "pretrain_stable", ["pretrain.lr=-0.001"], "pretrain.lr = -0.001 must be positive"),
     ("vocab mismatch", "pretrain_stable", ["pretrain.model.vocab_size=1000"], "vocab mismatch: pretrain.model.vocab_size = 1000"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from tokenizers import Tokenizer
 
 from lehr.params import ShardParams
@@ -20,5 +22,6 @@ def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: Sha
         )
     info = {"sha256": sha, "vocab_size": tokenizer.get_vocab_size(), "eot_id": tokenizer.token_to_id(EOT)}
     names = list(token_streams.streams)
-    return ShardSpec({n: token_streams.arrays(n) for n in names}, {n: token_streams.stats(n) for n in names},
-                     params.shard_tokens, info, tokenizer.to_str())
+    return ShardSpec({n: functools.partial(token_streams.chunks, n) for n in names},
+                     {n: token_streams.stats(n) for n in names}, token_streams.dtype, params.shard_tokens, info,
+                     tokenizer.to_str())
