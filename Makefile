@@ -28,19 +28,20 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The bundled corpus is the DVC stage `corpus` (data/01_raw/bundled); `make run` builds it too.
 corpus: setup
-	$(BIN)/python -m lehr corpus --out data/01_raw/corpus
+	$(BIN)/dvc repro corpus
 
 # The profile (a Kedro env) is part of every stage's command in dvc.yaml, so switching it
 # re-runs exactly the stages whose configuration differs.
-run: corpus
+run: setup
 	sed -i 's/^profile: .*/profile: $(PROFILE)/' conf/profile.yaml
 	$(BIN)/dvc repro
 
 smoke:
 	$(MAKE) run PROFILE=smoke
 
-test: corpus
+test: setup
 	$(BIN)/python -m pytest
 
 bench: setup

@@ -43,7 +43,7 @@ def make_repo(dest: Path, corpus: Path, profile: str = "smoke") -> Path:
     (dest / "conf" / "local").mkdir(exist_ok=True)
     (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
     shutil.copy2(ROOT / ".gitignore", dest / ".gitignore")
-    shutil.copytree(corpus, dest / "data" / "01_raw" / "corpus")
+    shutil.copytree(corpus, dest / "data" / "01_raw" / "bundled")
     sh(dest, "git", "init", "-q")
     sh(dest, "dvc", "init", "-q")
     sh(dest, "git", "add", "-A")

@@ -9,9 +9,12 @@ from kedro.framework.startup import bootstrap_project
 
 from tests import ROOT
 
-DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-CATALOG = yaml.safe_load((ROOT / "conf/base/catalog.yml").read_text())
+GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())
+# dvc.yaml and the catalog both take the corpus path from conf/base/globals.yml.
+DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text().replace("${corpus}", GLOBALS["corpus"]))
+CATALOG = yaml.safe_load((ROOT / "conf/base/catalog.yml").read_text().replace("${globals:corpus}", GLOBALS["corpus"]))
 PATHS = {name: entry.get("path") or entry.get("filepath") for name, entry in CATALOG.items()}
+KEDRO_STAGES = {k: v for k, v in DVC["stages"].items() if k != "corpus"}  # corpus: `python -m lehr corpus`
 
 
 def _entries(items):
@@ -28,14 +31,16 @@ def pipelines():
 
 
 def test_every_stage_runs_its_kedro_pipeline(pipelines):
-    for stage, spec in DVC["stages"].items():
+    assert DVC["stages"]["corpus"]["cmd"] == f"python -m lehr corpus --out {DVC['stages']['corpus']['outs'][0]}"
+    assert GLOBALS["corpus"] in DVC["stages"]["tokenize"]["deps"] and GLOBALS["corpus"] == PATHS["corpus"]
+    for stage, spec in KEDRO_STAGES.items():
         assert spec["cmd"].startswith(f"kedro run --pipelines {stage.replace('-', '_')} ")
         assert stage.replace("-", "_") in pipelines
 
 
 def test_outs_and_data_deps_are_catalog_paths():
     catalog_paths = set(PATHS.values())
-    for stage, spec in DVC["stages"].items():
+    for stage, spec in KEDRO_STAGES.items():
         for key in ("outs", "metrics", "plots"):
             for path, _ in _entries(spec.get(key)):
                 assert path in catalog_paths, f"{stage}: {key} {path} is not a catalog path"
@@ -47,14 +52,14 @@ def test_outs_and_data_deps_are_catalog_paths():
 def test_every_catalog_output_is_a_dvc_out(pipelines):
     declared = {p for spec in DVC["stages"].values() for key in ("outs", "metrics", "plots")
                 for p, _ in _entries(spec.get(key))}
-    for stage in DVC["stages"]:
+    for stage in KEDRO_STAGES:
         for output in pipelines[stage.replace("-", "_")].outputs():
             if output in PATHS:
                 assert PATHS[output] in declared, f"{output} ({PATHS[output]}) is written but not a DVC out"
 
 
 def test_stage_inputs_are_its_deps(pipelines):
-    for stage, spec in DVC["stages"].items():
+    for stage, spec in KEDRO_STAGES.items():
         deps = set(spec.get("deps", []))
         for name in pipelines[stage.replace("-", "_")].inputs():
             if name in PATHS and not CATALOG[name]["type"].endswith("RunDirDataset"):
@@ -118,6 +123,8 @@ def test_every_module_a_stage_runs_is_one_of_its_deps():
     for stage, spec in DVC["stages"].items():
         package = ROOT / "src/lehr/pipelines" / stage.replace("-", "_")
         todo = {str(p.relative_to(ROOT)) for p in package.glob("*.py")} | {"src/lehr/datasets/__init__.py"}
+        if stage == "corpus":
+            todo = {"src/lehr/bundled_corpus.py"}
         seen: set[str] = set()
         while todo:
             current = todo.pop()

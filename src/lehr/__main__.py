@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lehr")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("corpus", help="lay out the bundled corpus in the raw layer")
-    p.add_argument("--out", default="data/01_raw/corpus")
+    p.add_argument("--out", default="data/01_raw/bundled")
     p.set_defaults(func=_corpus)
     p = sub.add_parser("branches", help="list the anneal branches")
     p.add_argument("--root", default="data/06_models/anneal")

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from lehr.atomic import fsync_dir, sibling, write_text_atomic
+from lehr.atomic import fsync_dir, recover, sibling, write_text_atomic
 from lehr.corpus import Corpus, Document, read_file, stream_of
 
 FORMAT = 2
@@ -178,6 +178,10 @@ def encode_corpus_to_parts(corpus: Corpus, tokenizer, parts_dir: Path, settings:
     from lehr.tokenization import token_dtype, tokenizer_sha256
 
     i, n = parse_slice(slice_spec)
+    if n == 1:
+        # What a killed run was writing goes. Not under slices: the folder may be shared with other
+        # machines, whose writers' pids mean nothing here.
+        recover(parts_dir)
     tasks = plan(corpus, settings.cap)
     mine = [t for t in tasks if t.index % n == i - 1]
     workers = workers or os.cpu_count() or 1

@@ -65,20 +65,20 @@ def test_bad_param_is_refused_and_nothing_changes(repo, name, pipeline, params, 
 def test_empty_corpus(repo, tmp_path):
     before = snapshot(repo)
     moved = tmp_path / "corpus"
-    shutil.move(repo / "data/01_raw/corpus", moved)
-    (repo / "data/01_raw/corpus/gold").mkdir(parents=True)
+    shutil.move(repo / "data/01_raw/bundled", moved)
+    (repo / "data/01_raw/bundled/gold").mkdir(parents=True)
     try:
         out = kedro(repo, "tokenize")
     finally:
-        shutil.rmtree(repo / "data/01_raw/corpus")
-        shutil.move(moved, repo / "data/01_raw/corpus")
-    assert out.returncode != 0 and "holds no .txt, .jsonl or .parquet files" in out.stderr
+        shutil.rmtree(repo / "data/01_raw/bundled")
+        shutil.move(moved, repo / "data/01_raw/bundled")
+    assert out.returncode != 0 and "holds no .txt, .jsonl(.gz|.zst) or .parquet files" in out.stderr
     assert snapshot(repo) == before
 
 
 def test_non_utf8_file(repo):
     before = snapshot(repo)
-    bad = repo / "data/01_raw/corpus/gold/broken.txt"
+    bad = repo / "data/01_raw/bundled/gold/broken.txt"
     bad.write_bytes(b"caf\xe9 au lait")
     try:
         out = kedro(repo, "tokenize")

@@ -32,3 +32,11 @@ def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, params: TokenizeParams, 
     """Tokens go to ``token_parts`` as they are made; returns the index the catalog saves beside them."""
     return encode_corpus_to_parts(Corpus(corpus.root, params.text_field), tokenizer, Path(token_parts),
                                   _settings(params), params.workers, params.slice)
+
+
+def tokenize(corpus: Corpus, params: TokenizeParams, token_parts: Path) -> tuple[Tokenizer, dict]:
+    """Both steps in one node, so Kedro saves the tokenizer only once every stream is encoded: a
+    corpus file that fails to read (held-out files are read only when encoding) leaves the previous
+    tokenizer and index in place, still a matching pair."""
+    tokenizer = train_tokenizer(corpus, params)
+    return tokenizer, encode_corpus(corpus, tokenizer, params, token_parts)

@@ -1,11 +1,10 @@
 from kedro.pipeline import Node, Pipeline
 
-from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
+from lehr.pipelines.tokenize.nodes import tokenize
 
 
 def create_pipeline(**kwargs) -> Pipeline:
     return Pipeline([
-        Node(train_tokenizer, ["corpus", "params:tokenize"], "tokenizer", name="train_tokenizer_node"),
-        Node(encode_corpus, ["corpus", "tokenizer", "params:tokenize", "token_parts"], "token_streams",
-             name="encode_corpus_node"),
+        Node(tokenize, ["corpus", "params:tokenize", "token_parts"], ["tokenizer", "token_streams"],
+             name="tokenize_node"),
     ])
