@@ -174,6 +174,7 @@ class PretrainParams:
     ckpt_every: int  # steps between rolling checkpoints
     keep_last: int  # rolling checkpoints kept
     max_consecutive_skips: int  # non-finite steps in a row before the run aborts
+    max_epochs_warn: float  # warn at start when the run would repeat a tier more often than this
     launch: LaunchParams
 
     def __post_init__(self) -> None:
@@ -184,6 +185,7 @@ class PretrainParams:
         require(0 < self.decay_fraction < 1, "parameter pretrain.decay_fraction must lie in (0, 1)")
         for key in ("batch_size", "micro_batch", "log_every", "eval_every", "ckpt_every", "keep_last"):
             require(getattr(self, key) > 0, f"parameter pretrain.{key} must be positive")
+        require(self.max_epochs_warn > 0, f"parameter pretrain.max_epochs_warn = {self.max_epochs_warn} must be positive")
 
     @property
     def planned_anneal_step(self) -> int:

@@ -37,6 +37,7 @@ def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) 
         attention=p.attention,
         log_every=p.log_every, eval_windows=p.eval_windows, sample_tokens=p.sample_tokens,
         ckpt_every=p.ckpt_every, keep_last=p.keep_last, max_consecutive_skips=p.max_consecutive_skips,
+        max_epochs_warn=p.max_epochs_warn,
         provenance=provenance,
     )
 

@@ -17,7 +17,7 @@ RESUMABLE_FIELDS = frozenset({
     "out_dir", "shards", "total_steps", "stop_rule", "end_step", "log_every", "eval_every",
     "eval_windows", "sample_tokens", "sample_prompt", "ckpt_every", "keep_last", "compile",
     "device", "peak_tflops", "patience", "patience_from_step", "init_from", "init_optimizer",
-    "micro_batch", "max_consecutive_skips", "provenance", "attention",
+    "micro_batch", "max_consecutive_skips", "max_epochs_warn", "provenance", "attention",
 })
 
 
@@ -76,6 +76,7 @@ class TrainConfig:
     ckpt_every: int = 100  # steps between rolling checkpoints
     keep_last: int = 2  # rolling checkpoints kept
     max_consecutive_skips: int = 5  # non-finite steps in a row before aborting
+    max_epochs_warn: float = 4.0  # warn at start when a tier would be repeated more often than this
     provenance: dict = field(default_factory=dict)  # git commit, data hashes... stored in checkpoints
 
     def __post_init__(self) -> None:

@@ -110,15 +110,33 @@ class TrainStream:
     def load_state_dict(self, state: dict) -> None:
         self.data_seed, self.step = int(state["data_seed"]), int(state["step"])
 
-    def global_batch(self, step: int, batch_size: int, mix: dict[str, float]) -> np.ndarray:
-        """The ``batch_size`` windows of ``step``, identical on every rank: (B, seq_len + 1) int64."""
+    def _picks(self, step: int, batch_size: int, mix: dict[str, float]) -> tuple[list[str], np.ndarray, np.random.Generator]:
+        """The tier of each window of ``step`` (the first draw of the step's generator)."""
         tiers = sorted(t for t, w in mix.items() if w > 0)
         for t in tiers:
             if f"train/{t}" not in self.shards.sources:
                 raise DataError(f"data mix names tier {t!r} but the shards hold {self.shards.tiers()}")
         weights = np.array([mix[t] for t in tiers], dtype=np.float64)
         rng = np.random.default_rng([self.data_seed, step])
-        picks = rng.choice(len(tiers), size=batch_size, p=weights / weights.sum())
+        return tiers, rng.choice(len(tiers), size=batch_size, p=weights / weights.sum()), rng
+
+    def tokens_per_tier(self, steps: range, batch_size: int, mix_at) -> dict[str, dict]:
+        """Tokens the steps in ``steps`` draw from each tier (``mix_at(step)`` is that step's mix),
+        and the tier's size in epochs. Replays the tier draws only, so it costs microseconds a step."""
+        counts: dict[str, int] = {}
+        for step in steps:
+            tiers, picks, _ = self._picks(step, batch_size, mix_at(step))
+            for i, tier in enumerate(tiers):
+                counts[tier] = counts.get(tier, 0) + int((picks == i).sum()) * self.seq_len
+        out = {}
+        for tier in sorted(counts):
+            size = self.shards.sources[f"train/{tier}"].n_tokens
+            out[tier] = {"tokens": counts[tier], "tier_tokens": size, "epochs": counts[tier] / max(size, 1)}
+        return out
+
+    def global_batch(self, step: int, batch_size: int, mix: dict[str, float]) -> np.ndarray:
+        """The ``batch_size`` windows of ``step``, identical on every rank: (B, seq_len + 1) int64."""
+        tiers, picks, rng = self._picks(step, batch_size, mix)
         out = np.empty((batch_size, self.seq_len + 1), dtype=np.int64)
         for ti, tier in enumerate(tiers):
             rows = np.flatnonzero(picks == ti)

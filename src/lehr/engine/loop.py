@@ -136,6 +136,10 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
         log.info("resumed from checkpoint %s", path)
     elif mode == "branch":
         log.info("branched from %s (optimizer state %s)", path, "kept" if cfg.init_optimizer else "fresh")
+    if d.is_main:
+        _report_epochs(log, stream.tokens_per_tier(range(0, end_step()), cfg.batch_size,
+                                                   lambda s: anneal_mix(cfg, s, anneal_start)),
+                       f"planned to step {end_step()}", cfg.max_epochs_warn)
     if fp8_layers:
         log.info("fp8: %d linear layers run their matmuls in FP8%s", fp8_layers,
                  "" if hw.device.type == "cuda" else " (emulated on CPU: for tests, not for speed)")
@@ -286,7 +290,11 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
                "resumed_from": str(path) if mode == "resume" else None, "mode": mode,
                "anneal_start": prog.anneal_start, "anneal_reason": prog.anneal_reason,
                "skips_total": prog.skips_total, "n_params": n_params,
-               "heldout": prog.evals[-1] if prog.evals else None, "best_loss": prog.best_loss}
+               "heldout": prog.evals[-1] if prog.evals else None, "best_loss": prog.best_loss,
+               "tiers": stream.tokens_per_tier(range(0, prog.step), cfg.batch_size,
+                                               lambda s: anneal_mix(cfg, s, prog.anneal_start if rule else anneal_start))}
+    if d.is_main:
+        _report_epochs(log, summary["tiers"], f"drawn by step {prog.step}", None)
     if stop_reason == "signal":
         log.info("stopped by %s at step %d; checkpoint saved, resume by running again", signals.requested, prog.step)
     elif rule and prog.step == prog.anneal_start:
@@ -296,6 +304,19 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
         summary["final"] = str(save(out_dir / "final"))
     log.close()
     return summary
+
+
+def _report_epochs(log: RunLog, tiers: dict[str, dict], when: str, warn_above: float | None) -> None:
+    """One line of tokens and epochs per tier; a warning for a tier repeated more than ``warn_above`` times."""
+    log.info("data, %s: %s", when, "; ".join(
+        f"{t} {v['tokens'] / 1e6:.2f}M tokens = {v['epochs']:.2f} epochs of {v['tier_tokens'] / 1e6:.2f}M"
+        for t, v in tiers.items()))
+    over = {t: v["epochs"] for t, v in tiers.items() if warn_above is not None and v["epochs"] > warn_above}
+    if over:
+        log.warning("tier(s) %s would be repeated more than pretrain.max_epochs_warn = %g times (%s): "
+                    "repeated data gives less with each epoch; add data to the tier, lower its weight, or "
+                    "train fewer steps", ", ".join(over), warn_above,
+                    ", ".join(f"{t} {e:.1f} epochs" for t, e in over.items()))
 
 
 def _restore(path: Path, model, optimizer, scaler, device, rank: int, with_optimizer: bool) -> None:

@@ -76,6 +76,10 @@ class RunLog:
         if self.enabled:
             log.info(message, *args)
 
+    def warning(self, message: str, *args) -> None:
+        if self.enabled:
+            log.warning(message, *args)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

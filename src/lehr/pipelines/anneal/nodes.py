@@ -24,5 +24,6 @@ def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:
     heldout = summary["heldout"] or {}
     metrics = {"branch": summary["branch"], "step": summary["step"], "tokens": summary["tokens"],
                "stopped": summary["stopped"] or "end", "skipped_steps": summary["skips_total"],
-               "best_heldout_loss": summary["best_loss"], **{k: v for k, v in heldout.items() if "." in k}}
+               "best_heldout_loss": summary["best_loss"], "tiers": summary["tiers"],
+               **{k: v for k, v in heldout.items() if "." in k}}
     return metrics, read_curve(Path(summary["out_dir"]))

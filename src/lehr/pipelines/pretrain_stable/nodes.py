@@ -21,5 +21,6 @@ def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
     heldout = summary["heldout"] or {}
     metrics = {"step": summary["step"], "tokens": summary["tokens"], "anneal_start": summary["anneal_start"],
                "anneal_reason": summary["anneal_reason"], "skipped_steps": summary["skips_total"],
-               "n_params": summary["n_params"], **{k: v for k, v in heldout.items() if "." in k}}
+               "n_params": summary["n_params"], "tiers": summary["tiers"],
+               **{k: v for k, v in heldout.items() if "." in k}}
     return metrics, read_curve(Path(summary["out_dir"]))
