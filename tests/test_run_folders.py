@@ -43,7 +43,7 @@ def test_runs_lists_state_use_and_size(tmp_path, capsys):
     assert main(["runs", "--models", str(tmp_path / "06_models")]) == 0
     rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["auto-current"][2:5] == ["400", "finished", "yes"]
-    assert rows["auto-killed"][2:5] == ["100", "in", "progress"] and rows["auto-killed"][5] == "no"
+    assert rows["auto-killed"][2:5] == ["100", "stopped", "no"]
     assert rows["linear-b-0"][0] == "anneal" and rows["linear-b-0"][4] == "no"
 
 
@@ -57,3 +57,29 @@ def test_prune_says_first_then_removes_only_finished_folders_not_in_use(tmp_path
     assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
     assert sorted(name for name, p in runs.items() if p.exists()) == ["branch", "current"]
     assert not list((tmp_path / "06_models").rglob(".*.pruning"))
+
+
+def test_prune_never_touches_a_folder_a_live_run_holds(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    runs = layout(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from lehr import locks\n"
+         "with locks.hold(sys.argv[1], 'training run'):\n    print('held', flush=True); time.sleep(120)",
+         str(runs["killed"])], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        models = str(tmp_path / "06_models")
+        assert main(["runs", "--models", models]) == 0
+        assert "running      no" in capsys.readouterr().out
+        assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
+        out = capsys.readouterr().out
+        assert f"keeping {runs['killed']}: a run is writing it (pid {holder.pid}" in out
+        assert runs["killed"].is_dir() and not runs["old"].exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel released the lock with the process: the folder is an ordinary stopped run again.
+    assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
+    assert not runs["killed"].exists()

@@ -20,6 +20,6 @@ def test_kedro_viz_build_writes_a_static_site(tmp_path, corpus_dir):
     site = repo / "build"
     assert (site / "index.html").is_file()
     graph = (site / "api" / "main").read_text()
-    for name in ("train_tokenizer_node", "shard_streams_node", "train_stable_node", "train_anneal_node",
+    for name in ("tokenize_node", "shard_streams_node", "train_stable_node", "train_anneal_node",
                  "evaluate_models_node", "pre_anneal", "anneal_branches"):
         assert name in graph, name

@@ -101,15 +101,21 @@ def _runs(args: argparse.Namespace) -> int:
         return 0
     print(f"{'kind':7s} {'folder':36s} {'step':>6s} {'state':12s} {'in use':6s} {'MB':>9s}")
     for f in folders:
+        state = "running" if f.live else "finished" if f.finished else "stopped"
         print(f"{f.kind:7s} {f.path.name:36s} {f.step if f.step is not None else '-':>6} "
-              f"{'finished' if f.finished else 'in progress':12s} {'yes' if f.in_use else 'no':6s} {f.size / 1e6:9.1f}")
+              f"{state:12s} {'yes' if f.in_use else 'no':6s} {f.size / 1e6:9.1f}"
+              + (f"  ({f.live})" if f.live else ""))
     return 0
 
 
 def _prune(args: argparse.Namespace) -> int:
     from lehr.run_folders import prunable, remove, scan
 
-    doomed = prunable(scan(Path(args.models)), unfinished=args.unfinished)
+    folders = scan(Path(args.models))
+    for f in folders:
+        if f.live:
+            print(f"keeping {f.path}: a run is writing it ({f.live})")
+    doomed = prunable(folders, unfinished=args.unfinished)
     if not doomed:
         print("nothing to prune: every rolling folder is in use" + ("" if args.unfinished else " or unfinished"))
         return 0
@@ -117,7 +123,7 @@ def _prune(args: argparse.Namespace) -> int:
         print(f"{'removing' if args.yes else 'would remove'} {f.path} ({f.size / 1e6:.1f} MB, "
               f"{'finished' if f.finished else 'unfinished'})")
         if args.yes:
-            remove(f)
+            remove(f)  # raises, touching nothing, if a run took the folder since the scan
     total = sum(f.size for f in doomed) / 1e6
     print(f"{'freed' if args.yes else 'would free'} {total:.1f} MB" + ("" if args.yes else "; run again with --yes"))
     return 0

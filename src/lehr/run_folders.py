@@ -14,6 +14,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from lehr import locks
+
 KINDS = (("stable", "stable_run", "pre_anneal"), ("anneal", "anneal_runs", "final"))  # kind, folder, end marker
 
 
@@ -25,6 +27,7 @@ class RunFolder:
     finished: bool  # the run reached its end (its pre_anneal / final is saved)
     in_use: bool  # the workspace's pre_anneal or one of its anneal branches came from it
     size: int  # bytes on disk
+    live: str | None = None  # the process that holds the folder's lock now (a run writing it), or None
 
 
 def _origin(checkpoint: Path) -> Path | None:
@@ -43,17 +46,20 @@ def scan(models: Path) -> list[RunFolder]:
             steps = sorted(int(p.name.split("_")[1]) for p in path.glob("checkpoints/step_*") if p.is_dir())
             size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
             found.append(RunFolder(path, kind, steps[-1] if steps else None, (path / end / "state.json").is_file(),
-                                   path.resolve() in used, size))
+                                   path.resolve() in used, size, locks.holder(path)))
     return found
 
 
 def prunable(folders: list[RunFolder], unfinished: bool = False) -> list[RunFolder]:
-    """Never one in use; finished ones, and with ``unfinished`` also those that stopped part way."""
-    return [f for f in folders if not f.in_use and (f.finished or unfinished)]
+    """Never one in use or live; finished ones, and with ``unfinished`` also those that stopped part way."""
+    return [f for f in folders if not f.in_use and not f.live and (f.finished or unfinished)]
 
 
 def remove(folder: RunFolder) -> None:
-    # Renamed first, so that an interrupted removal leaves no half folder a stage would resume from.
-    doomed = folder.path.with_name(f".{folder.path.name}.pruning")
-    folder.path.rename(doomed)
-    shutil.rmtree(doomed)
+    """Delete the folder while holding its lock, so no run can start in it meanwhile; a run that
+    holds it (started since the scan) makes this raise FolderBusyError and nothing is touched."""
+    with locks.hold(folder.path, "prune"):
+        # Renamed first, so that an interrupted removal leaves no half folder a stage would resume from.
+        doomed = folder.path.with_name(f".{folder.path.name}.pruning")
+        folder.path.rename(doomed)
+        shutil.rmtree(doomed)

@@ -30,10 +30,13 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from lehr import locks
 from lehr.atomic import fsync_dir, recover, sibling, write_text_atomic
 from lehr.corpus import Corpus, Document, read_file, stream_of
+from lehr.tokenization import encode_documents, token_dtype, tokenizer_sha256
 
 FORMAT = 2
 READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``
@@ -108,7 +111,7 @@ def task_documents(task: Task, root: Path, settings: Settings) -> Iterator[Docum
     return _capped(docs, settings.cap)
 
 
-_WORKER_TOKENIZER: dict[str, object] = {}
+_WORKER_TOKENIZER: dict[str, Tokenizer] = {}
 
 
 def _worker_init() -> None:
@@ -119,10 +122,6 @@ def _worker_init() -> None:
 def encode_task(task: Task, corpus_root: str, out_dir: str, tokenizer_json: str, tokenizer_sha: str,
                 settings: Settings) -> dict:
     """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
-    from tokenizers import Tokenizer
-
-    from lehr.tokenization import encode_documents
-
     root, parts = Path(corpus_root), Path(out_dir)
     key = _key(task, root, tokenizer_sha, settings)
     record_path = parts / f"{key}.json"
@@ -172,12 +171,22 @@ def _run(tasks: list[Task], workers: int, args: tuple) -> Iterator[dict]:
             raise
 
 
+def writer_lock(root: Path, slice_: tuple[int, int] | list[int]) -> Path:
+    """The folder whose lock a writer of ``root`` holds: the whole folder, or its own slice of it
+    (the slices of one run write the same folder at once, each its own parts and index)."""
+    i, n = slice_
+    return root if n == 1 else root / f"slice-{i}-of-{n}"
+
+
 def encode_corpus_to_parts(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings,
                            workers: int, slice_spec: str) -> dict:
     """Encode this slice's tasks into ``parts_dir``; returns the slice's index (see the module doc)."""
-    from lehr.tokenization import token_dtype, tokenizer_sha256
-
     i, n = parse_slice(slice_spec)
+    with locks.hold(writer_lock(parts_dir.parent, (i, n)), "tokenizing"):
+        return _encode(corpus, tokenizer, parts_dir, settings, workers, i, n)
+
+
+def _encode(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, workers: int, i: int, n: int) -> dict:
     if n == 1:
         # What a killed run was writing goes. Not under slices: the folder may be shared with other
         # machines, whose writers' pids mean nothing here.

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import logging
-import re
 import itertools
+import re
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from lehr.corpus import Document
 
-log = logging.getLogger(__name__)
 EOT = "<|endoftext|>"
 
 

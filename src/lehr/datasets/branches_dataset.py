@@ -6,6 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset
 
+from lehr import locks
 from lehr.atomic import recover, replace_dir, sibling
 
 # What a branch keeps of its run: the final and best weights (with their state) and its curve.
@@ -30,17 +31,18 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
 
     def save(self, data: dict) -> None:
         run_dir, target = Path(data["run_dir"]), self._path / data["branch"]
-        recover(self._path, target.name)
-        staging = sibling(target, "tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        for name in KEPT:
-            src = run_dir / name
-            if src.is_dir():
-                shutil.copytree(src, staging / name)
-            elif src.is_file():
-                shutil.copy2(src, staging / name)
-        replace_dir(staging, target)
+        with locks.hold(target, "saving an anneal branch"):
+            recover(self._path, target.name)
+            staging = sibling(target, "tmp")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for name in KEPT:
+                src = run_dir / name
+                if src.is_dir():
+                    shutil.copytree(src, staging / name)
+                elif src.is_file():
+                    shutil.copy2(src, staging / name)
+            replace_dir(staging, target)
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}

@@ -7,6 +7,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr import locks
 from lehr.atomic import recover, replace_dir, sibling
 
 
@@ -44,8 +45,8 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
         return self._path
 
     def save(self, data: Path) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        copy_dir_atomic(Path(data), self._path)
+        with locks.hold(self._path, f"saving {self._path.name}"):
+            copy_dir_atomic(Path(data), self._path)
 
     def _exists(self) -> bool:
         return (self._path / "state.json").is_file()

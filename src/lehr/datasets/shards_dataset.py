@@ -6,6 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr import locks
 from lehr.sharding import ShardSpec
 
 
@@ -38,7 +39,8 @@ class ShardsDataset(AbstractDataset[ShardSpec, dict]):
         return manifest
 
     def save(self, data: ShardSpec) -> None:
-        data.write(self._path)
+        with locks.hold(self._path, "writing shards"):
+            data.write(self._path)
 
     def _exists(self) -> bool:
         return self.manifest_path.is_file()

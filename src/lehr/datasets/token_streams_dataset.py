@@ -5,7 +5,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr import token_store
+from lehr import locks, token_store
 from lehr.token_store import TokenStoreError, TokenStreams
 
 
@@ -27,7 +27,8 @@ class TokenStreamsDataset(AbstractDataset[dict, TokenStreams]):
             raise DatasetError(str(e)) from None
 
     def save(self, data: dict) -> None:
-        token_store.save_index(self._path, data)
+        with locks.hold(token_store.writer_lock(self._path, data["slice"]), "writing token streams"):
+            token_store.save_index(self._path, data)
 
     def _exists(self) -> bool:
         return (self._path / "streams.json").is_file()

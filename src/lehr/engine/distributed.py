@@ -6,14 +6,17 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from lehr import locks
+from lehr.atomic import sibling
 
 
 @dataclass(frozen=True)
@@ -133,17 +136,40 @@ def run(config_dict: dict, launch: Launch, callback_specs: list[str] = (), extra
     from lehr.engine.config import TrainConfig
 
     check_launch(launch, config_dict.get("device", "auto"))
-    if launch.nproc_per_node * launch.nnodes == 1:
-        return train(TrainConfig.from_dict(config_dict), list(callback_specs))
     out_dir = Path(config_dict["out_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="lehr-launch-") as tmp:
-        cfg_path, summary_path = Path(tmp) / "config.json", Path(tmp) / "summary.json"
+    with locks.hold(out_dir, "training run"):
+        if launch.nproc_per_node * launch.nnodes == 1:
+            return train(TrainConfig.from_dict(config_dict), list(callback_specs))
+        return _launch(config_dict, launch, callback_specs, extra_env, out_dir)
+
+
+def _launch(config_dict: dict, launch: Launch, callback_specs, extra_env, out_dir: Path) -> dict:
+    # The job files live in the run folder under a name the next run's recovery clears if a kill
+    # leaves them behind (a kill skips every cleanup handler).
+    job_dir = sibling(out_dir / "launch", "tmp")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cfg_path, summary_path = job_dir / "config.json", job_dir / "summary.json"
         cfg_path.write_text(json.dumps({"config": config_dict, "callbacks": list(callback_specs)}))
         cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(launch),
                "-m", "lehr.engine.worker", str(cfg_path), str(summary_path)]
         env = {**os.environ, **(extra_env or {}), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        proc = subprocess.run(cmd, env=env)
+        # torchrun dies with this process, and its workers with it (worker.py): a kill of the stage
+        # leaves no process behind to go on writing the run folder.
+        proc = subprocess.run(cmd, env=env, preexec_fn=die_with_parent)
         if proc.returncode != 0:
             raise RuntimeError(f"torchrun exited with code {proc.returncode}; see the log above")
         return json.loads(summary_path.read_text())
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

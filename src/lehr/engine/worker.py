@@ -12,10 +12,17 @@ import sys
 from pathlib import Path
 
 from lehr.engine.config import TrainConfig
+from lehr.engine.distributed import die_with_parent
 from lehr.engine.loop import train
 
 
 def main() -> int:
+    # torchrun starts each worker in a session of its own, out of reach of a signal to the stage's
+    # process group; dying with the torchrun agent (which dies with the stage) leaves no orphan
+    # training on into the run folder.
+    die_with_parent()
+    if os.getppid() == 1:  # the agent died before the line above
+        return 1
     job_path, summary_path = sys.argv[1], sys.argv[2]
     rank = int(os.environ.get("RANK", 0))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
