@@ -1,0 +1,98 @@
+"""What an operator does at 3 a.m., for real: kill -9 a DDP stage (no worker may survive), start a
+second run on a folder a live run writes (refused at once, naming the holder), `dvc repro` a stage
+that `kedro run` is training (refused; the live run finishes untouched)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lehr import locks
+from tests.e2e import env, make_repo, sh
+
+pytestmark = pytest.mark.slow
+STABLE = ["kedro", "run", "--pipeline", "pretrain_stable", "--env", "smoke"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, corpus_dir):
+    path = make_repo(tmp_path_factory.mktemp("ops") / "repo", corpus_dir)
+    sh(path, "dvc", "repro", "shard")
+    return path
+
+
+def start(repo: Path, *cmd: str) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=repo, env=env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(cond, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline and proc.poll() is None and not cond():
+        time.sleep(0.02)
+    assert proc.poll() is None and cond(), "the run ended before the moment the test aims at"
+
+
+def running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def live_folder(root: Path) -> Path | None:
+    return next((p for p in root.glob("*") if p.is_dir() and locks.holder(p)), None) if root.is_dir() else None
+
+
+def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
+    runs = repo / "data/06_models/stable_run"
+    proc = start(repo, *STABLE, "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp")
+    wait_for(lambda: (runs / "ddp/checkpoints/latest").is_file(), proc)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    workers = [p for p in family if "lehr.engine.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    assert len(workers) == 2 and all(psutil.Process(w.pid).ppid() != proc.pid for w in workers)
+    killed = time.time()
+    os.killpg(proc.pid, signal.SIGKILL)  # the stage's group: kedro and torchrun; the workers have their own sessions
+    proc.wait()
+    # The kernel kills each worker as its parent dies. Without that, workers that lost their agent
+    # went on until their next use of its store (seconds here, never for some), writing the folder.
+    while time.time() - killed < 10 and any(running(p) for p in family):
+        time.sleep(0.01)
+    print(f"workers gone {time.time() - killed:.2f} s after the kill")
+    assert time.time() - killed < 2.0, [p.cmdline() for p in family if running(p)]
+    out = sh(repo, *STABLE, "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp")
+    assert "resumed from checkpoint" in out.stderr + out.stdout
+    assert not list(runs.rglob(".tmp-*")) and not list(Path("/tmp").glob("lehr-launch-*"))
+
+
+def test_a_second_run_of_a_live_branch_is_refused(repo):
+    sh(repo, *STABLE)
+    anneal = ["kedro", "run", "--pipeline", "anneal", "--env", "smoke", "--params"]
+    first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear")
+    wait_for(lambda: live_folder(repo / "data/06_models/anneal_runs") is not None, first)
+    second = sh(repo, *anneal, "anneal.branch=C,anneal.shape=cosine", check=False)
+    assert second.returncode != 0
+    assert f"is in use by another run (pid {first.pid}" in second.stderr, second.stderr[-2000:]
+    assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    metrics = (repo / "data/06_models/anneal/C/metrics.jsonl").read_text().splitlines()
+    steps = [int(line.split('"step": ')[1].split(",")[0]) for line in metrics]
+    assert steps == sorted(steps)  # one run's curve, not two interleaved
+
+
+def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo):
+    runs = repo / "data/06_models/stable_run"
+    for done in runs.glob("auto-*"):  # the default configuration trains afresh, in the folder DVC's run will want
+        shutil.rmtree(done)
+    proc = start(repo, *STABLE)
+    wait_for(lambda: live_folder(runs) is not None, proc)
+    out = sh(repo, "dvc", "repro", "pretrain-stable", check=False)
+    assert out.returncode != 0
+    assert "is in use by another run" in out.stderr + out.stdout
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
