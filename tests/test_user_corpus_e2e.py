@@ -60,7 +60,7 @@ def test_queued_experiment_runs_in_its_own_workspace(repo):
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "baseline")
     sh(repo, "dvc", "exp", "run", "--queue", "-n", "queued-linear",
-       "-S", "conf/smoke/parameters_anneal.yml:anneal.shape=linear")
+       "-S", "conf/smoke/parameters_anneal.yml:+anneal.shape=linear")
     sh(repo, "dvc", "queue", "start", "-j", "1")
     deadline, status = time.time() + 600, ""
     while time.time() < deadline:
