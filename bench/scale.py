@@ -73,8 +73,11 @@ def project(dest: Path, corpus: Path) -> Path:
     for name in ("pyproject.toml", "conf", "src", ".telemetry"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
-    (dest / "data" / "01_raw").mkdir(parents=True)
-    (dest / "data" / "01_raw" / "corpus").symlink_to(corpus)
+    import yaml
+
+    where = dest / yaml.safe_load((dest / "conf/base/globals.yml").read_text())["corpus"]
+    where.parent.mkdir(parents=True)
+    where.symlink_to(corpus)
     return dest
 
 

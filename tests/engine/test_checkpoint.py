@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import pickle
 import shutil
@@ -52,20 +51,66 @@ def test_no_valid_checkpoint_is_a_clear_error(tmp_path):
         rolling.latest_valid()
 
 
-def test_failed_write_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
+# Run in a child process whose file-size limit (``ulimit -f``) a write crosses, for real: the
+# kernel refuses the write (EFBIG), and each writer reports it its own way.
+_LIMITED_WRITE = """
+import json, resource, sys
+from pathlib import Path
+import numpy as np, torch
+from lehr.engine import checkpoint
+from lehr.engine.checkpoint import CheckpointError, Rolling
+from lehr.engine.model import Transformer, preset
+from lehr.sharding import write_shard_set
+
+root, which, limit = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+model = Transformer(preset("tiny", 64))
+big = {"optimizer": {"m": torch.zeros(400_000)}, "scaler": {}}
+rolling = Rolling(root / "checkpoints", keep_last=3)
+save = lambda step, opt: rolling.save(step, model=model, optimizer_state=opt, state={"progress": {"step": step}},
+                                      rng_per_rank=[checkpoint.rng_state()])
+tokens = lambda n: {"train/a": lambda: iter([np.arange(n, dtype=np.uint16)])}
+shards = lambda n: write_shard_set(root / "shards", tokens(n), {"train/a": {"n_tokens": n}}, np.uint16, 1 << 20, {}, "{}")
+save(10, {"optimizer": {}, "scaler": {}})
+shards(1000)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    save(20, big) if which == "checkpoint" else shards(2_000_000)
+except Exception as e:
+    print(json.dumps({"type": type(e).__name__, "message": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("which, limit", [("checkpoint", 1_000_000), ("shards", 1_000_000)])
+def test_a_real_full_disk_leaves_the_previous_artifact_intact(tmp_path, which, limit):
+    """torch.save past the limit raised RuntimeError ("unexpected pos"), which the handler for
+    OSError let through: this writes for real under RLIMIT_FSIZE, nothing patched."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _LIMITED_WRITE, str(tmp_path), which, str(limit)],
+                         capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if which == "checkpoint":
+        assert result["type"] == "CheckpointError", result
+        assert "disk is full or unwritable" in result["message"] and "previous checkpoint" in result["message"]
+        rolling = Rolling(tmp_path / "checkpoints", keep_last=3)
+        path, state = rolling.latest_valid()
+        assert path.name == "step_00000010" and (rolling.root / "latest").read_text() == "step_00000010"
+    else:
+        assert "File too large" in result["message"] or result["type"] == "OSError", result
+        manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+        assert manifest["streams"]["train/a"]["n_tokens"] == 1000  # the previous shard set, whole
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_an_edited_state_is_refused(tmp_path):
     model, rolling = Transformer(preset("tiny", 64)), Rolling(tmp_path, keep_last=3)
-    good = _save(rolling, 10, model)
-    before = {p.name: p.read_bytes() for p in good.iterdir()}
-
-    def disk_full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(torch, "save", disk_full)
-    with pytest.raises(CheckpointError, match="No space left on device.*previous checkpoint .* is intact"):
-        _save(rolling, 20, model)
-    assert {p.name: p.read_bytes() for p in good.iterdir()} == before
-    assert (tmp_path / "latest").read_text() == "step_00000010"
-    assert not list(tmp_path.glob(".tmp-*"))
+    _save(rolling, 10, model)
+    latest = _save(rolling, 20, model)
+    state = latest / "state.json"
+    state.write_text(state.read_text().replace('"step": 20', '"step": 150'))
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
+        checkpoint.verify(latest)
+    assert rolling.latest_valid()[0].name == "step_00000010"  # falls back, as for any corrupt checkpoint
 
 
 def test_a_killed_writers_leftovers_are_cleared_and_a_parked_checkpoint_put_back(tmp_path, caplog, dead_pid):

@@ -10,6 +10,7 @@ checkpoint can never run code.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,12 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from lehr.atomic import recover, replace_dir, sha256_file, sibling, write_text_atomic
 
 log = logging.getLogger(__name__)
 STATE = "state.json"
+STATE_SHA = "state.json.sha256"  # the state's own checksum: every other file's is inside the state
+FORMAT = 2  # 2: state.json carries a checksum beside it
 SLOW_WRITE_ENV = "LEHR_FAULT_SLOW_CHECKPOINT"  # test-only: seconds to pause mid-write (kill tests aim here)
 
 
@@ -85,15 +89,22 @@ def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state:
         files = sorted(p.name for p in tmp.iterdir())
         for name in files:
             _fsync(tmp / name)
-        state = {**state, "files": {name: sha256_file(tmp / name) for name in files}}
-        (tmp / STATE).write_text(json.dumps(state, indent=1))
-        _fsync(tmp / STATE)
+        state = {**state, "format": FORMAT, "files": {name: sha256_file(tmp / name) for name in files}}
+        text = json.dumps(state, indent=1)
+        (tmp / STATE).write_text(text)
+        (tmp / STATE_SHA).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+        for name in (STATE, STATE_SHA):
+            _fsync(tmp / name)
         replace_dir(tmp, target)
-    except OSError as e:
+    # A full disk or a file-size limit reaches us as OSError from plain writes, RuntimeError from
+    # torch's serializer ("unexpected pos") and SafetensorError from safetensors.
+    except (OSError, RuntimeError, SafetensorError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise CheckpointError(
-            f"could not write checkpoint {target}: {e.strerror or e}. Nothing was replaced: the previous "
-            f"checkpoint in {target.parent} is intact. Free disk space (or fix permissions) and resume."
+            f"could not write checkpoint {target}: {reason}. The disk is full or unwritable; nothing was "
+            f"replaced: the previous checkpoint in {target.parent} is intact. Free disk space (or fix "
+            f"permissions) and resume."
         ) from e
     return target
 
@@ -101,9 +112,15 @@ def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state:
 def verify(path: Path) -> dict:
     """The checkpoint's state if every file is present and matches its sha256, else raise."""
     try:
-        state = json.loads((path / STATE).read_text())
+        raw = (path / STATE).read_bytes()
+        state = json.loads(raw)
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path / STATE} is unreadable ({e})") from None
+    if (path / STATE_SHA).is_file():
+        if (path / STATE_SHA).read_text().strip() != hashlib.sha256(raw).hexdigest():
+            raise CheckpointError(f"{path / STATE} does not match its checksum in {STATE_SHA} (edited or corrupt)")
+    elif state.get("format", 1) >= 2:
+        raise CheckpointError(f"{path / STATE_SHA} is missing: the checkpoint's state cannot be trusted")
     for name, digest in state.get("files", {}).items():
         f = path / name
         if not f.is_file() or sha256_file(f) != digest:
