@@ -74,7 +74,7 @@ def _info(args: argparse.Namespace) -> int:
         "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
     }
     lines.update({f"held-out {k}": f"{v:.4f}" for k, v in ev.items() if k.startswith("heldout.")})
-    lines.update({f"dvc.lock {path}": digest for path, digest in prov.get("dvc_lock", {}).items()})
+    lines.update({f"input {path}": digest for path, digest in prov.get("inputs", {}).items()})
     width = max(map(len, lines))
     for key, value in lines.items():
         print(f"{key:{width}s}  {value}")
@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("out")
     p.add_argument("--hf", action="store_true", help="a Hugging Face LlamaForCausalLM folder (needs transformers)")
-    p.add_argument("--tokenizer", default="data/04_feature/shards/tokenizer.json")
+    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on; either "
+                                       "way it must be the one the checkpoint recorded (sha256)")
     p.set_defaults(func=_export)
     p = sub.add_parser("runs", help="list the rolling run folders (resume points of each configuration)")
     p.add_argument("--models", default="data/06_models")

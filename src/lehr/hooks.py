@@ -91,9 +91,6 @@ class MlflowTracking:
             "data.manifest_sha256": _file_sha256(manifest),
             "data.tokenizer_sha256": _file_sha256(Path("data/02_intermediate/tokenizer.json")),
         }
-        for dvc_stage in ("tokenize", "shard", "pretrain-stable", "anneal", "evaluate"):
-            for path, digest in provenance.dvc_lock_hashes(dvc_stage).items():
-                tags[f"dvc.lock.{path}"] = digest
         import torch
 
         tags.update({"torch": torch.__version__, "cuda": str(torch.version.cuda),

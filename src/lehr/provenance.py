@@ -7,8 +7,6 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-import yaml
-
 
 def _git(*args: str) -> str | None:
     try:
@@ -24,21 +22,19 @@ def git_info() -> dict:
             "git_dirty": bool(status) if status is not None else None}
 
 
-def dvc_lock_hashes(stage: str, lock_path: str | Path = "dvc.lock") -> dict[str, str]:
-    """``dvc.lock``'s recorded hash of each dep of ``stage`` (empty before the first repro)."""
-    path = Path(lock_path)
-    if not path.is_file():
-        return {}
-    stage_lock = (yaml.safe_load(path.read_text()) or {}).get("stages", {}).get(stage, {})
-    return {d["path"]: d.get("md5", "") for d in stage_lock.get("deps", []) if "path" in d}
-
-
-def collect(stage: str, manifest: dict) -> dict:
+def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = None) -> dict:
+    """Hashes of the inputs this stage reads, computed from the files themselves (``dvc.lock`` may
+    still describe the inputs of another profile's run): the shard manifest (which holds every
+    shard's sha256), the tokenizer, and each checkpoint read (its ``state.json`` holds the sha256
+    of its other files)."""
     manifest_file = Path(manifest["root"]) / "manifest.json"
+    inputs = {str(manifest_file): hashlib.sha256(manifest_file.read_bytes()).hexdigest()}
+    for path in (checkpoints or {}).values():
+        inputs[str(Path(path) / "state.json")] = hashlib.sha256((Path(path) / "state.json").read_bytes()).hexdigest()
     return {
         **git_info(),
         "stage": stage,
-        "manifest_sha256": hashlib.sha256(manifest_file.read_bytes()).hexdigest(),
+        "manifest_sha256": inputs[str(manifest_file)],
         "tokenizer_sha256": manifest["tokenizer"]["sha256"],
-        "dvc_lock": dvc_lock_hashes(stage),
+        "inputs": inputs,
     }

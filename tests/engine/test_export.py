@@ -29,3 +29,18 @@ def test_plain_and_hf_llama_exports(tiny_config, smoke_shards, tmp_path):
     ids = torch.tensor([AutoTokenizer.from_pretrained(tmp_path / "hf")("The State of the Union").input_ids])
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, ours(ids)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(tiny_config, smoke_shards, tmp_path):
+    train(tiny_config(total_steps=5))
+    ckpt = tmp_path / "run" / "final"
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+    for target in (ckpt, ckpt / "export", tmp_path / "run" / "checkpoints" / "latest_export" / ".."):
+        assert main(["export", str(ckpt), str(target)]) == 2
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+    other = tmp_path / "other-tokenizer.json"
+    other.write_text((smoke_shards / "tokenizer.json").read_text().replace('"<|endoftext|>"', '"<|eot|>"'))
+    assert main(["export", str(ckpt), str(tmp_path / "out"), "--tokenizer", str(other)]) == 2
+    assert not (tmp_path / "out").exists()
+    assert main(["export", str(ckpt), str(tmp_path / "out")]) == 0  # the shards' tokenizer, which matches
+    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (smoke_shards / "tokenizer.json").read_bytes()

@@ -11,22 +11,74 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from lehr.atomic import recover, replace_dir, sha256_file, sibling
 from lehr.engine.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
 
 
+class ExportError(ValueError):
+    """An export that would damage a checkpoint or ship a mismatched tokenizer."""
+
+
+def check_target(checkpoint: Path, out: Path) -> None:
+    """Refuse to write into a checkpoint or a folder that holds one (an export there would rewrite it)."""
+    out, checkpoint = out.resolve(), checkpoint.resolve()
+    for folder in (out, *out.parents):
+        if folder == checkpoint or (folder / "state.json").is_file():
+            raise ExportError(f"refusing to export into {out}: it is inside the checkpoint {folder}, which the "
+                              f"export would rewrite. Choose a folder outside any checkpoint.")
+    # An export replaces its folder whole: only a new folder or an earlier export may be replaced.
+    if out.is_dir() and any(out.iterdir()) and (not (out / "config.json").is_file() or next(out.rglob("state.json"), None)):
+        raise ExportError(f"refusing to export into {out}: it exists and is not an earlier export, and the export "
+                          f"would replace everything in it. Choose a new folder.")
+
+
+def checked_tokenizer(checkpoint: Path, tokenizer: Path | None) -> Path:
+    """The tokenizer the checkpoint was trained with: ``tokenizer`` if given, else the one beside the
+    shards it trained on; refused unless its sha256 is the one the checkpoint recorded."""
+    state = json.loads((checkpoint / "state.json").read_text())
+    want = state["tokenizer_sha256"]
+    path = tokenizer or Path(state["config"]["shards"]) / "tokenizer.json"
+    if not path.is_file():
+        raise ExportError(f"tokenizer {path} is missing: pass --tokenizer with the tokenizer this checkpoint "
+                          f"was trained with (sha256 {want[:12]}…)")
+    got = sha256_file(path)
+    if got != want:
+        raise ExportError(f"tokenizer {path} (sha256 {got[:12]}…) is not the one {checkpoint} was trained with "
+                          f"(sha256 {want[:12]}…): the data was re-tokenized since. Restore that tokenizer "
+                          f"(git checkout <commit> && dvc checkout) or pass --tokenizer with it.")
+    return path
+
+
+def _written_whole(out: Path, write) -> Path:
+    """Run ``write(folder)`` into a staging folder and swap it in whole."""
+    recover(out.parent, out.name)
+    staging = sibling(out, "tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        write(staging)
+        replace_dir(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
 def export_plain(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
-    """``model.safetensors`` (tied weights stored once) + ``config.json`` (+ ``tokenizer.json``)."""
+    """``model.safetensors`` (tied weights stored once) + ``config.json`` + ``tokenizer.json``."""
+    check_target(checkpoint, out)
+    tokenizer = checked_tokenizer(checkpoint, tokenizer)
+    return _written_whole(out, lambda folder: _write_plain(checkpoint, folder, tokenizer))
+
+
+def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
     model = load_model(checkpoint, torch.device("cpu"))
-    out.mkdir(parents=True, exist_ok=True)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     if model.cfg.tie_embeddings:
         state.pop("lm_head.weight")
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt", "lehr": "1"})
     (out / "config.json").write_text(json.dumps(dataclasses.asdict(model.cfg), indent=1))
-    if tokenizer is not None:
-        shutil.copy2(tokenizer, out / "tokenizer.json")
-    return out
+    shutil.copy2(tokenizer, out / "tokenizer.json")
 
 
 def llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -61,6 +113,12 @@ def llama_config(cfg: ModelConfig):
 
 def export_hf_llama(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
     """A folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads."""
+    check_target(checkpoint, out)
+    tokenizer = checked_tokenizer(checkpoint, tokenizer)
+    return _written_whole(out, lambda folder: _write_hf(checkpoint, folder, tokenizer))
+
+
+def _write_hf(checkpoint: Path, out: Path, tokenizer: Path) -> None:
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
     model = load_model(checkpoint, torch.device("cpu"))
@@ -73,6 +131,4 @@ def export_hf_llama(checkpoint: Path, out: Path, tokenizer: Path | None = None) 
     if missing or unexpected:
         raise RuntimeError(f"Llama mapping incomplete: missing {missing}, unexpected {unexpected}")
     hf.save_pretrained(out)
-    if tokenizer is not None:
-        PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>").save_pretrained(out)
-    return out
+    PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>").save_pretrained(out)

@@ -15,7 +15,7 @@ def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: Pr
                  anneal: AnnealParams) -> tuple[dict, dict]:
     branch = branch_name(pretrain, anneal)
     run_dir = anneal_run_dir(anneal_runs, branch, pre_anneal)
-    cfg = anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, provenance.collect("anneal", shards))
+    cfg = anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, provenance.collect("anneal", shards, {"pre_anneal": pre_anneal}))
     summary = run_engine(cfg, pretrain)
     return {"branch": branch, "run_dir": str(run_dir)}, {**summary, "branch": branch}
 
