@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup corpus run smoke test bench mlflow-ui viz
+.PHONY: setup corpus run smoke test bench mlflow-ui viz check-params
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ corpus: setup
 run: setup
 	sed -i 's/^profile: .*/profile: $(PROFILE)/' conf/profile.yaml
 	$(BIN)/dvc repro
+
+# Validate every stage's params first: `dvc exp run -S key=bad` removes outputs before a stage refuses.
+check-params: setup
+	$(BIN)/python -m lehr check $(if $(ENV),--env $(ENV),)
 
 smoke:
 	$(MAKE) run PROFILE=smoke

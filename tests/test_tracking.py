@@ -20,8 +20,51 @@ def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monk
     records = [{"kind": "train", "step": s, "loss": 1 / s, "lr": 1e-3, "grad_norm": 0.5, "tok_per_s": 900,
                 "mfu": None, "mem": "12 MB", "skipped": False} for s in range(1, 301)]
     forward(records)  # what a resumed run replays: 300 records x 4 numeric metrics
+    forward.close()  # sending happens in a thread of its own; close waits for it
     assert [len(batch) for _, batch in sent] == [1000, 200]
     assert {run_id for run_id, _ in sent} == {"run-1"}
     got = {(m.key, m.step): m.value for _, batch in sent for m in batch}
     assert len(got) == 1200
     assert got[("train.loss", 250)] == 1 / 250 and got[("train.tok_per_s", 1)] == 900.0
+
+
+def test_a_locked_tracking_store_neither_stalls_nor_stops_training(tmp_path, monkeypatch):
+    """A real sqlite store, locked by another connection: sending waits in its own thread, and the
+    metrics land once the lock goes (the same for a server that is down for a while)."""
+    import sqlite3
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        with mlflow.start_run() as run:
+            forward = tracking.mlflow_forwarder()
+            blocker = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+            blocker.execute("BEGIN EXCLUSIVE")
+            t0 = time.perf_counter()
+            forward([{"kind": "train", "step": s, "loss": 1.0 / s} for s in range(1, 51)])
+            assert time.perf_counter() - t0 < 0.5  # training does not wait for the store
+            time.sleep(3)
+            blocker.execute("COMMIT")
+            blocker.close()
+            forward.close()
+            history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "train.loss")
+            assert sorted(m.step for m in history) == list(range(1, 51))
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+def test_a_store_that_never_recovers_costs_a_warning_not_the_run(monkeypatch, caplog):
+    import logging
+
+    class Down:
+        def log_batch(self, run_id, metrics):
+            raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(tracking, "CLOSE_WAIT_S", 1)
+    forward = tracking.Forwarder(Down(), "run-1")
+    with caplog.at_level(logging.WARNING):
+        forward([{"kind": "train", "step": 1, "loss": 2.0, "lr": 1e-3}])
+        forward.close()
+    assert "could not log metrics (connection refused)" in caplog.text
+    assert "2 metric value(s) could not be logged and were dropped" in caplog.text

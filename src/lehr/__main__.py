@@ -6,6 +6,7 @@
     python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
     python -m lehr runs                     the rolling run folders: step, state, use, size
     python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
+    python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import yaml
 
 from lehr.corpus import CorpusError
 
@@ -92,6 +95,26 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    """Validate every stage's params under a profile, as the stages would, without running one.
+
+    `dvc exp run -S key=bad` removes a stage's outputs before its command can refuse the value;
+    checking first (`make check-params`) keeps them."""
+    from kedro.config import OmegaConfigLoader
+
+    from lehr.params import check_all
+
+    env = args.env or yaml.safe_load(Path("conf/profile.yaml").read_text())["profile"]
+    loader = OmegaConfigLoader(conf_source="conf", base_env="base", default_run_env=env,
+                               merge_strategy={"parameters": "soft"})
+    problems = check_all(loader["parameters"])
+    for p in problems:
+        print(f"lehr: {p}", file=sys.stderr)
+    if not problems:
+        print(f"parameters of profile {env}: every stage's params are valid")
+    return 2 if problems else 0
+
+
 def _runs(args: argparse.Namespace) -> int:
     from lehr.run_folders import scan
 
@@ -149,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on; either "
                                        "way it must be the one the checkpoint recorded (sha256)")
     p.set_defaults(func=_export)
+    p = sub.add_parser("check", help="validate every stage's params under a profile without running anything")
+    p.add_argument("--env", help="the Kedro environment (profile); default: the one in conf/profile.yaml")
+    p.set_defaults(func=_check)
     p = sub.add_parser("runs", help="list the rolling run folders (resume points of each configuration)")
     p.add_argument("--models", default="data/06_models")
     p.set_defaults(func=_runs)

@@ -12,9 +12,12 @@ import dataclasses
 import hashlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 from kedro.framework.hooks import hook_impl
+
+from lehr import tracking
 
 log = logging.getLogger(__name__)
 REPORTS = Path("data/08_reporting")
@@ -70,11 +73,28 @@ class MlflowTracking:
     def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:
         if not self._settings.get("enabled", True) or os.environ.get("LEHR_MLFLOW", "1") == "0":
             return
+        uri = os.environ.get("MLFLOW_TRACKING_URI", self._settings.get("tracking_uri", "sqlite:///mlflow.db"))
+        try:
+            reason = unreachable(uri)
+            if reason is None:
+                self._start(uri, run_params)
+                return
+        except Exception as e:
+            reason = str(e).splitlines()[0][:300]
+        # Tracking never costs a run: the stage goes on, and says how to fix or silence this.
+        log.warning("MLflow tracking at %s is not available (%s): this run goes on without MLflow (its metrics "
+                    "are in the run folders and data/08_reporting). Start the server, point "
+                    "MLFLOW_TRACKING_URI elsewhere, or turn tracking off with LEHR_MLFLOW=0 or "
+                    "`enabled: false` in conf/base/mlflow.yml.", uri, reason)
+        self._end_quietly("FAILED")
+
+    def _start(self, uri: str, run_params: dict) -> None:
+        tracking.quick_failures()
         import mlflow
 
         from lehr import provenance
 
-        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", self._settings.get("tracking_uri", "sqlite:///mlflow.db")))
+        mlflow.set_tracking_uri(uri)
         mlflow.set_experiment(self._settings.get("experiment", "lehr"))
         names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         stage = ",".join(names)
@@ -103,6 +123,13 @@ class MlflowTracking:
     def after_pipeline_run(self, run_params: dict, run_result, pipeline, catalog) -> None:
         if self._run is None:
             return
+        try:
+            self._finish(pipeline, catalog)
+        except Exception as e:  # the stage's outputs are written: a tracking failure must not fail it
+            log.warning("MLflow: could not record the end of this run (%s)", str(e).splitlines()[0][:300])
+            self._end_quietly("FINISHED")
+
+    def _finish(self, pipeline, catalog) -> None:
         import mlflow
 
         for dataset in pipeline.all_outputs():
@@ -123,9 +150,38 @@ class MlflowTracking:
             return
         import mlflow
 
-        mlflow.set_tag("lehr.error", str(error)[:5000])
-        mlflow.end_run("FAILED")
+        try:
+            mlflow.set_tag("lehr.error", str(error)[:5000])
+        except Exception as e:
+            log.warning("MLflow: could not record the error (%s)", str(e).splitlines()[0][:300])
+        self._end_quietly("FAILED")
+
+    def _end_quietly(self, status: str) -> None:
+        if "mlflow" in sys.modules:
+            import mlflow
+
+            try:
+                if mlflow.active_run():
+                    mlflow.end_run(status)
+            except Exception:
+                pass
         self._run = None
+
+
+def unreachable(uri: str, timeout: float = 5.0) -> str | None:
+    """Why an HTTP tracking server cannot be used now (None: it answered, or the store is local)."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None  # it answered (an older server without /health answers 404)
+    except (OSError, ValueError) as e:
+        return f"no answer within {timeout:.0f} s: {getattr(e, 'reason', e)}"
+    return None
 
 
 _PARAM_SECTIONS = {

@@ -70,6 +70,18 @@ def require(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def check_mix(mix: object, key: str) -> None:
+    """A data mix: a non-empty {tier: weight} with every weight a positive number (leave a tier out
+    rather than give it 0)."""
+    require(isinstance(mix, dict) and bool(mix), f"parameter {key} must be a mapping of tier: weight, e.g. {{gold: 1.0}}")
+    for tier, weight in mix.items():
+        ok = isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight > 0 and weight == weight
+        require(ok, f"parameter {key}.{tier} = {weight!r} must be a positive number (leave a tier out to not use it)")
+
+
+SEED_LIMIT = 2**32  # numpy's generators take seeds below this
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenizeParams:
     vocab_size: int  # tokens in the BPE vocabulary, special tokens included
@@ -186,6 +198,11 @@ class PretrainParams:
         for key in ("batch_size", "micro_batch", "log_every", "eval_every", "ckpt_every", "keep_last"):
             require(getattr(self, key) > 0, f"parameter pretrain.{key} must be positive")
         require(self.max_epochs_warn > 0, f"parameter pretrain.max_epochs_warn = {self.max_epochs_warn} must be positive")
+        require(self.eval_windows > 0, f"parameter pretrain.eval_windows = {self.eval_windows} must be positive")
+        for key in ("seed", "data_seed"):
+            value = getattr(self, key)
+            require(0 <= value < SEED_LIMIT, f"parameter pretrain.{key} = {value} is out of range: use 0 <= {key} < 2**32")
+        check_mix(self.stable_mix, "pretrain.stable_mix")
 
     @property
     def planned_anneal_step(self) -> int:
@@ -213,6 +230,15 @@ class AnnealParams:
         require(bool(self.mix) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], dict)
                                        for p in self.mix),
                 "parameter anneal.mix must be a list of [end_fraction, {tier: weight}] pairs")
+        ends = [p[0] for p in self.mix]
+        require(all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e <= 1 for e in ends)
+                and ends == sorted(ends) and len(set(ends)) == len(ends),
+                f"parameter anneal.mix: the phases' end fractions {ends} must rise strictly within (0, 1], "
+                f"e.g. [[0.5, {{silver: 1}}], [1.0, {{gold: 1}}]]")
+        for i, (_, weights) in enumerate(self.mix):
+            check_mix(weights, f"anneal.mix[{i}]")
+        require(0 <= self.data_seed < SEED_LIMIT,
+                f"parameter anneal.data_seed = {self.data_seed} is out of range: use 0 <= data_seed < 2**32")
         require(self.branch == "" or self.branch.replace("-", "").replace("_", "").replace(".", "").isalnum(),
                 f"parameter anneal.branch = {self.branch!r} must be a plain folder name (letters, digits, - _ .)")
         require(self.eval_every > 0, "parameter anneal.eval_every must be positive")
@@ -239,3 +265,21 @@ class SoupParams:
     def __post_init__(self) -> None:
         check_fields(self, "soup")
         object.__setattr__(self, "branches", names(self.branches))
+
+
+SECTIONS = {"tokenize": TokenizeParams, "shard": ShardParams, "pretrain": PretrainParams, "anneal": AnnealParams,
+            "evaluate": EvaluateParams, "soup": SoupParams}
+
+
+def check_all(parameters: dict) -> list[str]:
+    """Every section of a resolved parameters mapping, validated; returns the problems found."""
+    problems = []
+    for section, cls in SECTIONS.items():
+        if section not in parameters:
+            problems.append(f"parameter section {section} is missing")
+            continue
+        try:
+            from_mapping(cls, parameters[section], section)
+        except (TypeError, ValueError) as e:
+            problems.append(str(e))
+    return problems

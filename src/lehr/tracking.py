@@ -7,13 +7,26 @@ is imported only when a run is active (the hook started one) or a run id was han
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
 import sys
+import threading
 import time
 
 RUN_ID_ENV = "MLFLOW_RUN_ID"
 CALLBACK = "lehr.tracking:mlflow_forwarder"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
+MAX_PENDING = 200_000  # metrics held for a tracking store that is down; older ones are dropped past this
+CLOSE_WAIT_S = 30  # at the end of a run, how long the last metrics may take to reach the store
+log = logging.getLogger(__name__)
+
+
+def quick_failures() -> None:
+    """MLflow's HTTP client retries for minutes by default (a stage waited 251 s on a server that did
+    not answer); lehr's tracking must fail in seconds. A user's own settings win."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 
 
 def _active_run_id() -> str | None:
@@ -46,6 +59,13 @@ def mark_attempt(run_dir: str) -> None:
     run = mlflow.active_run()
     if run is None:
         return
+    try:
+        _mark(mlflow, run, run_dir)
+    except Exception as e:  # tracking never costs a run
+        log.warning("MLflow: could not tag this attempt (%s); training goes on", str(e).splitlines()[0][:200])
+
+
+def _mark(mlflow, run, run_dir: str) -> None:
     client = mlflow.MlflowClient()
     earlier = [r for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_dir` = '{run_dir}'")
                if r.info.run_id != run.info.run_id]
@@ -55,20 +75,74 @@ def mark_attempt(run_dir: str) -> None:
     mlflow.set_tags({"lehr.run_dir": run_dir, "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier)})
 
 
+class Forwarder:
+    """Sends the engine's records to MLflow from a thread of its own, so a slow, locked or dead
+    tracking store never stalls or stops training: metrics wait in order (up to MAX_PENDING) and
+    go when the store answers again; what cannot go is dropped with a warning, never an error."""
+
+    def __init__(self, client, run_id: str):
+        self.client, self.run_id = client, run_id
+        self.inbox: queue.Queue = queue.Queue()
+        self.pending: list = []
+        self.failures = self.dropped = 0
+        self.thread = threading.Thread(target=self._loop, name="lehr-mlflow", daemon=True)
+        self.thread.start()
+
+    def __call__(self, records: list[dict]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.inbox.put([Metric(f"{rec['kind']}.{k}", float(v), now, rec["step"]) for rec in records
+                        for k, v in rec.items()
+                        if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)])
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                item = self.inbox.get(timeout=2.0 if self.pending else None)
+            except queue.Empty:
+                item = []  # retry what is pending
+            if item is None:
+                return
+            self.pending.extend(item)
+            if len(self.pending) > MAX_PENDING:
+                self.dropped += len(self.pending) - MAX_PENDING
+                del self.pending[:len(self.pending) - MAX_PENDING]
+            self._send()
+
+    def _send(self) -> bool:
+        while self.pending:
+            batch = self.pending[:MAX_METRICS_PER_BATCH]
+            try:
+                self.client.log_batch(self.run_id, metrics=batch)
+            except Exception as e:
+                self.failures += 1
+                if self.failures in (1, 10) or self.failures % 100 == 0:
+                    log.warning("MLflow: could not log metrics (%s); %d held, training goes on",
+                                str(e).splitlines()[0][:200], len(self.pending))
+                return False
+            del self.pending[:len(batch)]
+            self.failures = 0
+        return True
+
+    def close(self) -> None:
+        """Wait (at most CLOSE_WAIT_S) for what is queued to reach MLflow; warn about what did not."""
+        self.inbox.put(None)
+        self.thread.join(CLOSE_WAIT_S)
+        deadline = time.time() + CLOSE_WAIT_S
+        while not self.thread.is_alive() and self.pending and not self._send() and time.time() < deadline:
+            time.sleep(1.0)
+        lost = self.dropped + len(self.pending) + sum(len(m) for m in list(self.inbox.queue) if m)
+        if lost:
+            log.warning("MLflow: %d metric value(s) could not be logged and were dropped; metrics.jsonl in "
+                        "the run folder holds them all", lost)
+
+
 def mlflow_forwarder():
     run_id = _active_run_id()
     if not run_id:
         return lambda records: None
+    quick_failures()
     import mlflow
-    from mlflow.entities import Metric
 
-    client = mlflow.MlflowClient()
-
-    def forward(records: list[dict]) -> None:
-        now = int(time.time() * 1000)
-        metrics = [Metric(f"{rec['kind']}.{k}", float(v), now, rec["step"]) for rec in records for k, v in rec.items()
-                   if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            client.log_batch(run_id, metrics=metrics[i:i + MAX_METRICS_PER_BATCH])
-
-    return forward
+    return Forwarder(mlflow.MlflowClient(), run_id)

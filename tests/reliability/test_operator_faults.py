@@ -96,3 +96,22 @@ def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo):
     assert out.returncode != 0
     assert "is in use by another run" in out.stderr + out.stdout
     assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
+
+
+def test_a_tracking_server_that_does_not_answer_costs_seconds_and_a_warning(repo):
+    """A socket that accepts connections and never answers: MLflow's client alone waited minutes."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        t0 = time.time()
+        out = sh(repo, "kedro", "run", "--pipeline", "shard", "--env", "smoke",
+                 extra_env={"LEHR_MLFLOW": "1", "MLFLOW_TRACKING_URI": uri})
+        seconds = time.time() - t0
+    finally:
+        silent.close()
+    assert f"MLflow tracking at {uri} is not available" in out.stderr and "LEHR_MLFLOW=0" in out.stderr
+    assert seconds < 60, seconds

@@ -97,6 +97,14 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
 
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
+        if state.get("world_size", 1) != d.world:
+            # Exact resume holds for the process count that made the checkpoint; resharding across
+            # counts needs sharded (FSDP/DCP) checkpoints.
+            raise checkpoint.CheckpointError(
+                f"refusing to resume {path}: it was made by {state.get('world_size', 1)} process(es) and this run "
+                f"has {d.world}. Resume with the same count (pretrain.launch.nproc_per_node x nnodes = "
+                f"{state.get('world_size', 1)}), or delete {out_dir} to start this run afresh."
+            )
         if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
             raise checkpoint.CheckpointError(
                 f"refusing to resume {path}: it was trained on shards of another tokenizer than {cfg.shards}. "

@@ -81,5 +81,7 @@ class RunLog:
             log.warning(message, *args)
 
     def close(self) -> None:
+        for cb in self.callbacks:  # a callback that sends elsewhere (MLflow) flushes here
+            getattr(cb, "close", lambda: None)()
         if self.bar is not None:
             self.bar.close()

@@ -1,0 +1,58 @@
+"""`python -m lehr check` validates every stage's params, as the stages would, before DVC runs one."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from lehr.__main__ import main
+from lehr.params import AnnealParams, PretrainParams
+from tests import ROOT
+
+
+@pytest.fixture
+def conf(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
+    (tmp_path / "conf" / "local").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "conf"
+
+
+def test_check_passes_the_shipped_profiles_and_names_a_bad_value(conf, capsys):
+    assert main(["check", "--env", "smoke"]) == 0 and main(["check", "--env", "gpu"]) == 0
+    path = conf / "base" / "parameters_pretrain_stable.yml"
+    path.write_text(path.read_text().replace("  lr: ", "  lr: abc # ", 1))
+    assert main(["check", "--env", "smoke"]) == 2
+    assert "parameter pretrain.lr = 'abc' has the wrong type" in capsys.readouterr().err
+
+
+def _with(cls, section: str, **change):
+    import yaml
+
+    base = yaml.safe_load((ROOT / f"conf/base/parameters_{section}.yml").read_text())
+    key = next(iter(base))
+    return cls(**{**base[key], **change})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"seed": -1}, r"pretrain.seed = -1 is out of range"),
+    ({"data_seed": 2**32}, r"pretrain.data_seed = 4294967296 is out of range"),
+    ({"eval_windows": 0}, r"pretrain.eval_windows = 0 must be positive"),
+    ({"stable_mix": {"gold": 0.0}}, r"pretrain.stable_mix.gold = 0.0 must be a positive number"),
+    ({"stable_mix": {"gold": -1}}, r"pretrain.stable_mix.gold = -1 must be a positive number"),
+    ({"stable_mix": {"gold": "lots"}}, r"pretrain.stable_mix.gold = 'lots' must be a positive number"),
+])
+def test_bad_pretrain_values_are_named(change, message):
+    with pytest.raises(ValueError, match=message):
+        _with(PretrainParams, "pretrain_stable", **change)
+
+
+@pytest.mark.parametrize("mix, message", [
+    ([[1.0, {"gold": 1}], [0.5, {"silver": 1}]], r"end fractions \[1.0, 0.5\] must rise strictly within \(0, 1\]"),
+    ([[1.5, {"gold": 1}]], r"end fractions \[1.5\] must rise"),
+    ([[1.0, {"gold": 0}]], r"anneal.mix\[0\].gold = 0 must be a positive number"),
+])
+def test_bad_anneal_phases_are_named(mix, message):
+    with pytest.raises(ValueError, match=message):
+        _with(AnnealParams, "anneal", mix=mix)
