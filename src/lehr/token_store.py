@@ -18,6 +18,7 @@ workers or slices, so every split of the work gives the same streams.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 from lehr import locks
 from lehr.atomic import fsync_dir, recover, sibling, write_text_atomic
 from lehr.corpus import Corpus, Document, read_file, stream_of
-from lehr.tokenization import encode_documents, token_dtype, tokenizer_sha256
+from lehr.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
 
 FORMAT = 2
 READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``
@@ -109,6 +110,34 @@ def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
 def task_documents(task: Task, root: Path, settings: Settings) -> Iterator[Document]:
     docs = (d for rel in task.files for d in read_file(root, root / rel, settings.errors, settings.text_field))
     return _capped(docs, settings.cap)
+
+
+def sample_task(task: Task, corpus_root: str, settings: Settings, max_bytes: int) -> list:
+    """One task's own BPE sample, as heap items (a worker's share of ``training_sample``)."""
+    heap = SampleHeap(max_bytes)
+    for doc in task_documents(task, Path(corpus_root), settings):
+        heap.add(doc.text)
+    return heap.heap
+
+
+def bpe_sample(corpus: Corpus, settings: Settings, max_bytes: int, workers: int) -> list[str]:
+    """The BPE sample of the corpus' training files, read by ``workers`` processes; the same
+    documents for any number of workers (heaps of parts merge into the heap of the whole)."""
+    tasks = [t for t in plan(corpus, settings.cap) if t.stream.startswith("train/")]
+    heap = SampleHeap(max_bytes)
+    workers = min(workers or os.cpu_count() or 1, len(tasks))
+    with tqdm(total=len(tasks), unit="file", desc="BPE sample", mininterval=1.0) as bar:
+        if workers <= 1:
+            for t in tasks:
+                heap.merge(sample_task(t, str(corpus.root), settings, max_bytes))
+                bar.update(1)
+        else:
+            job = functools.partial(sample_task, corpus_root=str(corpus.root), settings=settings, max_bytes=max_bytes)
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                for items in pool.map(job, tasks):
+                    heap.merge(items)
+                    bar.update(1)
+    return heap.texts()
 
 
 _WORKER_TOKENIZER: dict[str, Tokenizer] = {}

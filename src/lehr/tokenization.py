@@ -16,28 +16,49 @@ from lehr.corpus import Document
 EOT = "<|endoftext|>"
 
 
-def training_sample(docs: Iterable[Document], max_bytes: int) -> list[str]:
-    """Training-split documents ordered by content hash, up to ``max_bytes`` of UTF-8.
+class SampleHeap:
+    """The BPE sample: training documents ordered by content hash, up to ``max_bytes`` of UTF-8.
 
     Ordering by hash rather than by file spreads the sample over the whole corpus (file order
-    would pick only the oldest speeches) while staying free of any RNG. Streamed: a heap keeps
-    the smallest hashes seen so far and drops its largest while the rest still fill the budget,
-    so memory is bounded by the budget, and the result is the same prefix a full sort would give.
+    would pick only the oldest speeches) while staying free of any RNG. Streamed: the heap keeps
+    the smallest hashes seen so far and drops its largest while the rest still fill the budget, so
+    memory is bounded by the budget, and the result is the prefix a full sort would give. Heaps of
+    disjoint parts of the corpus merge into the heap of the whole (every document of the whole's
+    prefix is in its own part's prefix), which lets worker processes sample in parallel.
     """
-    heap: list[tuple[bytes, str, int]] = []  # (inverted hash, text, bytes): heap[0] is the largest hash
-    used = 0
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.used = max_bytes, 0
+        self.heap: list[tuple[int, str, int]] = []  # (-hash, text, bytes): heap[0] holds the largest hash
+
+    def add(self, text: str) -> None:
+        raw = text.encode("utf-8")
+        self.add_keyed(-int.from_bytes(hashlib.sha256(raw).digest(), "big"), text, len(raw))
+
+    def add_keyed(self, key: int, text: str, size: int) -> None:
+        heap = self.heap
+        if self.max_bytes and heap and self.used >= self.max_bytes and key < heap[0][0]:
+            return  # a hash above everything kept, while the kept documents already fill the budget
+        heapq.heappush(heap, (key, text, size))
+        self.used += size
+        while self.max_bytes and len(heap) > 1 and self.used - heap[0][2] >= self.max_bytes:
+            self.used -= heapq.heappop(heap)[2]
+
+    def merge(self, items: Iterable[tuple[int, str, int]]) -> None:
+        for item in items:
+            self.add_keyed(*item)
+
+    def texts(self) -> list[str]:
+        return [text for _, text, _ in sorted(self.heap, reverse=True)]
+
+
+def training_sample(docs: Iterable[Document], max_bytes: int) -> list[str]:
+    """The training documents' sample (see ``SampleHeap``), read in one pass."""
+    heap = SampleHeap(max_bytes)
     for d in docs:
-        if not d.stream.startswith("train/"):
-            continue
-        raw = d.text.encode("utf-8")
-        key = bytes(255 - b for b in hashlib.sha256(raw).digest())
-        if max_bytes and heap and used >= max_bytes and key < heap[0][0]:
-            continue  # hashes above everything kept, while the kept ones already fill the budget
-        heapq.heappush(heap, (key, d.text, len(raw)))
-        used += len(raw)
-        while max_bytes and len(heap) > 1 and used - heap[0][2] >= max_bytes:
-            used -= heapq.heappop(heap)[2]
-    return [text for _, text, _ in sorted(heap, reverse=True)]
+        if d.stream.startswith("train/"):
+            heap.add(d.text)
+    return heap.texts()
 
 
 # BPE training time grows with the square of a pre-tokenized word's length (a 400K-character

@@ -8,8 +8,8 @@ from tokenizers import Tokenizer
 
 from lehr.corpus import Corpus
 from lehr.params import TokenizeParams
-from lehr.token_store import Settings, encode_corpus_to_parts, plan, task_documents
-from lehr.tokenization import train_bpe, training_sample
+from lehr.token_store import Settings, bpe_sample, encode_corpus_to_parts
+from lehr.tokenization import train_bpe
 
 
 def _settings(params: TokenizeParams) -> Settings:
@@ -18,11 +18,8 @@ def _settings(params: TokenizeParams) -> Settings:
 
 
 def train_tokenizer(corpus: Corpus, params: TokenizeParams) -> Tokenizer:
-    corpus = Corpus(corpus.root, params.text_field)
-    settings = _settings(params)
-    train = [t for t in plan(corpus, settings.cap) if t.stream.startswith("train/")]
-    docs = (d for t in train for d in task_documents(t, corpus.root, settings))
-    sample = training_sample(docs, params.train_sample_bytes)
+    sample = bpe_sample(Corpus(corpus.root, params.text_field), _settings(params), params.train_sample_bytes,
+                        params.workers)
     if not sample:
         raise ValueError(f"corpus {corpus.root} has no training documents (only held-out ones?)")
     return train_bpe(sample, params.vocab_size, params.special_tokens, params.min_frequency)
