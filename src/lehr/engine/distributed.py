@@ -71,6 +71,15 @@ def any_rank(flag: bool, d: Dist) -> bool:
     return bool(t.item())
 
 
+def mean_over_ranks(t: torch.Tensor, d: Dist) -> torch.Tensor:
+    """The mean of a scalar over the ranks, on the device (called at sync points only: a collective)."""
+    if not d.enabled:
+        return t
+    total = t.detach().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total / d.world
+
+
 def broadcast_object(obj, d: Dist):
     if not d.enabled:
         return obj

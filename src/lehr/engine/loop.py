@@ -242,7 +242,9 @@ def _train(cfg: TrainConfig, d: distributed.Dist, callbacks: list) -> dict:
                     or prog.step >= end_step()):
                 if hw.device.type == "cuda":
                     torch.cuda.synchronize()  # the sync point: timings below are of finished work
-                loss_v, norm_v, skipped, longest = torch.stack([step_loss, grad_norm, *guard.counts()]).tolist()
+                # Each rank holds the loss of its share of the batch; the logged loss is the batch's.
+                loss_v, norm_v, skipped, longest = torch.stack(
+                    [distributed.mean_over_ranks(step_loss, d), grad_norm, *guard.counts()]).tolist()
                 guard.reset_window()
                 if skipped:
                     prog.skips_total += int(skipped)

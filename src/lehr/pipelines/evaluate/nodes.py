@@ -23,7 +23,7 @@ from lehr.run_config import branch_name
 def _nest(flat: dict[str, float]) -> dict:
     out: dict = {}
     for key, value in flat.items():
-        source, metric = key.split(".", 1)
+        source, metric = key.rsplit(".", 1)  # a source may hold dots; a metric name does not
         out.setdefault(source, {})[metric] = value
     return out
 
@@ -45,7 +45,8 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
                     anneal: AnnealParams, params: EvaluateParams) -> tuple[dict, str]:
     names = chosen_branches(branches, pretrain, anneal, params)
     hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
-    models = {"pre_anneal": pre_anneal, **{f"branches.{b}": branches[b] / "final" for b in names}}
+    # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
+    models = {("pre_anneal",): pre_anneal, **{("branches", b): branches[b] / "final" for b in names}}
     first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
     shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
     held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
@@ -58,11 +59,11 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
         with torch.no_grad():
             result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
         node = metrics
-        for part in name.split("."):
+        for part in name:
             node = node.setdefault(part, {})
         node.update(_nest(result))
         text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
-        samples.append(f"=== {name} ===\n{text}\n")
+        samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
     current = branch_name(pretrain, anneal)
     metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
     metrics["anneal_gain"] = {

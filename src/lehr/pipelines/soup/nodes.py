@@ -1,4 +1,4 @@
-"""soup: ``kedro run --pipeline soup --params "soup.branches=[a,b]"`` adds branch ``soup-a-b``,
+"""soup: ``kedro run --pipeline soup --params "soup.branches=a+b"`` adds branch ``soup-a-b``,
 which ``evaluate.branches`` can then report like any other."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from lehr.params import SoupParams
 
 def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
     if len(params.branches) < 2:
-        raise ValueError("parameter soup.branches must name at least two anneal branches, e.g. soup.branches=[a,b]")
+        raise ValueError("parameter soup.branches must name at least two anneal branches, e.g. "
+                         "--params soup.branches=a+b (Kedro splits --params on commas)")
     missing = [b for b in params.branches if b not in branches]
     if missing:
         raise ValueError(f"unknown anneal branch(es) {', '.join(missing)}; the branches are: {', '.join(branches) or 'none'}")
