@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import psutil
-from scale import PARAMS, bundled_texts, make_corpus, project, run_stage
+from scale import PARAMS, bundled_texts, make_corpus, project, run_stage, timed
 
 DATATROVE_JOB = """
 import sys
@@ -39,22 +36,7 @@ LocalPipelineExecutor(
 
 
 def run_datatrove(python: str, corpus: Path, tokenizer: Path, out: Path, workers: int, tasks: int) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    proc = psutil.Popen([python, "-c", DATATROVE_JOB, str(corpus), str(tokenizer), str(out), str(workers), str(tasks)],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        total = 0
-        for p in [proc, *proc.children(recursive=True)]:
-            try:
-                total += p.memory_full_info().pss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        peak = max(peak, total)
-        time.sleep(0.2)
-    if proc.returncode:
-        raise SystemExit(f"datatrove failed:\n{proc.stderr.read()[-3000:]}")
-    return time.perf_counter() - t0, peak
+    return timed([python, "-c", DATATROVE_JOB, str(corpus), str(tokenizer), str(out), str(workers), str(tasks)])
 
 
 def main() -> None:

@@ -88,8 +88,13 @@ def run_stage(repo: Path, pipeline: str, params: dict, workers: int) -> tuple[fl
         flat.append(f"tokenize.workers={workers}")
     cmd = [str(Path(sys.executable).parent / "kedro"), "run", "--pipelines", pipeline, "--params", ",".join(flat)]
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "LEHR_MLFLOW": "0"}
+    return timed(cmd, repo, env)
+
+
+def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, int]:
+    """Run ``cmd``; (seconds, peak PSS in bytes of its whole process tree, sampled every 0.2 s)."""
     t0 = time.perf_counter()
-    proc = psutil.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = psutil.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
         total = 0

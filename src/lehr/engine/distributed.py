@@ -141,8 +141,8 @@ def run(config_dict: dict, launch: Launch, callback_specs: list[str] = (), extra
 
     ``callback_specs`` are ``module:factory`` paths, built in whichever process is rank 0.
     """
-    from lehr.engine.loop import train
     from lehr.engine.config import TrainConfig
+    from lehr.engine.loop import train
 
     check_launch(launch, config_dict.get("device", "auto"))
     out_dir = Path(config_dict["out_dir"])
