@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -156,9 +163,6 @@ def test_a_long_text_file_streams_in_pieces(tmp_path, monkeypatch):
 
 
 def test_lehr_corpus_never_touches_an_existing_folder(tmp_path):
-    import subprocess
-    import sys
-
     mine = tmp_path / "corpus" / "books" / "novel.txt"
     mine.parent.mkdir(parents=True)
     mine.write_text("my own words")
@@ -169,3 +173,27 @@ def test_lehr_corpus_never_touches_an_existing_folder(tmp_path):
     assert mine.read_text() == "my own words"
     with pytest.raises(CorpusError, match="already exists"):
         build(tmp_path / "corpus")
+
+
+def test_an_unreadable_file_is_named():
+    """Read as an unprivileged user (the tests run as root, who reads every file)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged user")
+    root = Path(tempfile.mkdtemp(prefix="lehr-perm-"))  # outside pytest's private (0700) folders
+    try:
+        (root / "gold").mkdir()
+        (root / "gold" / "ok.txt").write_text("fine")
+        secret = root / "gold" / "secret.txt"
+        secret.write_text("hidden")
+        for p in (root, root / "gold"):
+            p.chmod(0o755)
+        secret.chmod(0)
+        code = ("import sys; from lehr.corpus import Corpus, CorpusError\n"
+                "try:\n    list(Corpus(sys.argv[1]).documents())\nexcept CorpusError as e:\n    print(e)")
+        out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
+                             user=65534, group=65534, env={**os.environ, "HOME": "/tmp"})
+        assert "secret.txt: cannot be read (permission denied)" in out.stdout, out.stderr[-2000:]
+        assert stat.S_IMODE(secret.stat().st_mode) == 0
+    finally:
+        shutil.rmtree(root)
+

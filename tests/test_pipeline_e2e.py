@@ -44,6 +44,8 @@ def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
     for key in ("pre_anneal", "anneal", "anneal_gain", "unigram"):
         assert "bpb" in metrics[key]["heldout"]
     assert set(metrics["pre_anneal"]) >= {"wikipedia", "sotu", "heldout"}
+    stable = json.loads((repo / "data/08_reporting/stable_metrics.json").read_text())
+    assert set(stable["tiers"]) == {"gold", "silver"} and all(t["epochs"] > 0 for t in stable["tiers"].values())
     started = time.perf_counter()
     again = sh(repo, "dvc", "repro")
     assert stages_run(again.stdout) == [] and "is cached" not in again.stdout

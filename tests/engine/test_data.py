@@ -84,3 +84,30 @@ def test_corrupt_manifest_is_refused(smoke_shards, tmp_path):
     (copy / "manifest.json").write_text('{"format": 1, "dtype"')
     with pytest.raises(DataError, match="manifest.json is corrupt.*dvc repro --force shard"):
         ShardSet(copy, 512, 64)
+
+
+def test_tokens_per_tier_replays_the_tier_draws(smoke_shards):
+    shards = ShardSet(smoke_shards, 512, 64)
+    stream = TrainStream(shards, 64, 1)
+    mix_at = lambda step: MIX if step < 10 else {"gold": 1.0}  # noqa: E731 - a stable then an anneal mix
+    tiers = stream.tokens_per_tier(range(0, 20), 8, mix_at)
+    assert sum(t["tokens"] for t in tiers.values()) == 20 * 8 * 64
+    only_gold = stream.tokens_per_tier(range(10, 20), 8, mix_at)
+    assert set(only_gold) == {"gold"} and only_gold["gold"]["tokens"] == 10 * 8 * 64
+    for tier, t in tiers.items():
+        assert t["tier_tokens"] == shards.sources[f"train/{tier}"].n_tokens
+        assert t["epochs"] == pytest.approx(t["tokens"] / t["tier_tokens"])
+    assert tiers["gold"]["tokens"] > tiers["silver"]["tokens"]  # gold alone from step 10 on
+
+
+def test_a_tier_repeated_too_often_is_warned_about_at_start(tiny_config, caplog):
+    import logging
+
+    from lehr.engine.loop import train
+
+    with caplog.at_level(logging.INFO, logger="lehr"):
+        summary = train(tiny_config(total_steps=10, max_epochs_warn=0.001))
+    assert "data, planned to step 10: gold" in caplog.text
+    assert "would be repeated more than pretrain.max_epochs_warn = 0.001 times" in caplog.text
+    assert set(summary["tiers"]) == {"gold", "silver"}
+    assert sum(t["tokens"] for t in summary["tiers"].values()) == summary["tokens"]

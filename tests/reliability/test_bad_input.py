@@ -89,6 +89,22 @@ def test_non_utf8_file(repo):
     assert snapshot(repo) == before
 
 
+@pytest.mark.parametrize("name, data, message", [
+    ("zz.jsonl", b'{"body": "no text here"}\n', "zz.jsonl:1: no 'text' field; the fields are: body"),
+    ("zz.jsonl.gz", b"\x1f\x8b\x08\x00broken", "zz.jsonl.gz: the compressed stream is truncated or corrupt"),
+])
+def test_bad_corpus_file(repo, name, data, message):
+    before = snapshot(repo)
+    bad = repo / "data/01_raw/bundled/gold" / name
+    bad.write_bytes(data)
+    try:
+        out = kedro(repo, "tokenize")
+    finally:
+        bad.unlink()
+    assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]
+    assert snapshot(repo) == before
+
+
 def test_corrupted_manifest(repo):
     manifest = repo / "data/04_feature/shards/manifest.json"
     good = manifest.read_bytes()

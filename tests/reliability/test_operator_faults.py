@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from lehr import locks
 from tests.e2e import env, make_repo, sh
@@ -70,6 +72,11 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
     out = sh(repo, *STABLE, "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp")
     assert "resumed from checkpoint" in out.stderr + out.stdout
     assert not list(runs.rglob(".tmp-*")) and not list(Path("/tmp").glob("lehr-launch-*"))
+    # ...and exactly: the same 2-process run, never interrupted, ends with the same weights.
+    resumed = load_file(repo / "data/06_models/pre_anneal/model.safetensors")
+    sh(repo, *STABLE, "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp-straight")
+    straight = load_file(repo / "data/06_models/pre_anneal/model.safetensors")
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
 def test_a_second_run_of_a_live_branch_is_refused(repo):
