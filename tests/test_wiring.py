@@ -14,7 +14,7 @@ GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text().replace("${corpus}", GLOBALS["corpus"]))
 CATALOG = yaml.safe_load((ROOT / "conf/base/catalog.yml").read_text().replace("${globals:corpus}", GLOBALS["corpus"]))
 PATHS = {name: entry.get("path") or entry.get("filepath") for name, entry in CATALOG.items()}
-KEDRO_STAGES = {k: v for k, v in DVC["stages"].items() if k != "corpus"}  # corpus: `python -m lehr corpus`
+KEDRO_STAGES = {k: v for k, v in DVC["stages"].items() if k != "corpus"}  # corpus: `lehr corpus`
 
 
 def _entries(items):
@@ -31,7 +31,7 @@ def pipelines():
 
 
 def test_every_stage_runs_its_kedro_pipeline(pipelines):
-    assert DVC["stages"]["corpus"]["cmd"] == f"python -m lehr corpus --out {DVC['stages']['corpus']['outs'][0]}"
+    assert DVC["stages"]["corpus"]["cmd"] == f"lehr corpus --out {DVC['stages']['corpus']['outs'][0]}"
     assert GLOBALS["corpus"] in DVC["stages"]["tokenize"]["deps"] and GLOBALS["corpus"] == PATHS["corpus"]
     for stage, spec in KEDRO_STAGES.items():
         assert spec["cmd"].startswith(f"kedro run --pipelines {stage.replace('-', '_')} ")
