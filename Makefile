@@ -46,6 +46,7 @@ smoke:
 	$(MAKE) run PROFILE=smoke
 
 test: setup
+	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest
 
 bench: setup

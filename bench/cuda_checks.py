@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from synthetic import synthetic_shards
 
 from lehr.engine import checkpoint
 from lehr.engine.config import TrainConfig
 from lehr.engine.loop import FAULT_ENV, DivergedError, train
 from lehr.engine.model import preset
+from synthetic import synthetic_shards
 
 EVENTS: list = []
 RESULTS: list[tuple[bool, str]] = []

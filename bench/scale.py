@@ -72,7 +72,11 @@ def project(dest: Path, corpus: Path) -> Path:
     dest.mkdir(parents=True)
     for name in ("pyproject.toml", "conf", "src", ".telemetry"):
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+        if src.is_dir():  # not conf/local: your own overrides would change what is measured
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("local", "__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / "conf" / "local").mkdir()
     import yaml
 
     where = dest / yaml.safe_load((dest / "conf/base/globals.yml").read_text())["corpus"]

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-from synthetic import synthetic_shards
 
 from lehr.engine import checkpoint, fp8
 from lehr.engine.config import TrainConfig
@@ -26,6 +25,7 @@ from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.hardware import resolve
 from lehr.engine.loop import build_optimizer, train
 from lehr.engine.model import Transformer, preset
+from synthetic import synthetic_shards
 
 MIX = {"gold": 1.0, "silver": 1.0}
 

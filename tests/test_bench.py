@@ -1,0 +1,32 @@
+"""The benchmarks run end to end on tiny settings, so they cannot rot unnoticed (they did once:
+`bench/train_loop.py` broke when engine callbacks began to take lists of records). These check
+that each runs and reports; the figures themselves are measured by `make bench`, not here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def bench(*args: str) -> str:
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def test_train_loop_benchmark_runs_on_a_tiny_model():
+    out = bench("bench/train_loop.py", "--preset", "tiny", "--vocab", "512", "--batch", "8", "--micro", "4",
+                "--steps", "2", "--warmup", "2", "--rounds", "1", "--device", "cpu")
+    assert "ratio lehr/bare" in out and "checkpoint    save" in out
+
+
+def test_scale_benchmark_runs_the_real_stages_on_two_small_corpora():
+    out = bench("bench/scale.py", "--sizes-mb", "2", "4")
+    assert out.count(" tokenize ") == 2 and out.count(" shard ") == 2
+    assert "tokenize peak 4 MB / 2 MB" in out and "ratio" in out
