@@ -52,8 +52,10 @@ def make_repo(dest: Path, corpus: Path, profile: str = "smoke") -> Path:
 
 
 def dir_hash(path: Path) -> str:
+    """The folder's files and bytes; lehr's lock files (beside the folders they guard, ignored by
+    DVC too) are not artifacts and stay out."""
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(".lehr.lock")):
         h.update(str(f.relative_to(path)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
