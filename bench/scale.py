@@ -115,7 +115,8 @@ def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> t
     return seconds, peak
 
 
-def raw_encode_mb_s(repo: Path, corpus: Path, limit_mb: int = 100) -> float:
+def raw_encode_mb_s(repo: Path, corpus: Path, limit_mb: int = 100) -> tuple[float, float]:
+    """(MB encoded, MB/s) of raw ``encode_batch_fast`` on up to ``limit_mb`` of the corpus' text."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(repo / "data" / "02_intermediate" / "tokenizer.json"))
@@ -131,7 +132,7 @@ def raw_encode_mb_s(repo: Path, corpus: Path, limit_mb: int = 100) -> float:
     t0 = time.perf_counter()
     for i in range(0, len(texts), 512):
         tok.encode_batch_fast(texts[i:i + 512], add_special_tokens=False)
-    return size / 1e6 / (time.perf_counter() - t0)
+    return size / 1e6, size / 1e6 / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -170,8 +171,9 @@ def main() -> None:
         print(f"{stage:8s} peak {large} MB / {small} MB: {b / a:.2f}x  (goal <= 1.1x), "
               f"largest {b / 2**20:.0f} MiB (goal <= 1024)")
     tok_mb_s = rows[(large, "tokenize")][0] / 1e6 / rows[(large, "tokenize")][1]
-    print(f"raw encode_batch_fast on 100 MB of the same text: {raw:.2f} MB/s; "
-          f"tokenize stage at {large} MB: {tok_mb_s:.2f} MB/s, ratio {tok_mb_s / raw:.2f}x (goal >= 0.9x)")
+    raw_mb, raw_mb_s = raw
+    print(f"raw encode_batch_fast on {raw_mb:.0f} MB of the same text: {raw_mb_s:.2f} MB/s; "
+          f"tokenize stage at {large} MB: {tok_mb_s:.2f} MB/s, ratio {tok_mb_s / raw_mb_s:.2f}x (goal >= 0.9x)")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ per source, against a unigram baseline; curves and plots across stable + anneal.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +29,16 @@ def _nest(flat: dict[str, float]) -> dict:
     return out
 
 
+def scored_weights(branch: Path) -> tuple[str, Path]:
+    """What a branch ships: ``best`` if it stopped early (its final step is short of its planned
+    end) and kept a best, else ``final``."""
+    state = json.loads((branch / "final" / "state.json").read_text())
+    end = state["config"].get("end_step") or state["config"]["total_steps"]
+    if state["progress"]["step"] < end and (branch / "best" / "state.json").is_file():
+        return "best", branch / "best"
+    return "final", branch / "final"
+
+
 def chosen_branches(branches: dict[str, Path], pretrain: PretrainParams, anneal: AnnealParams,
                     params: EvaluateParams) -> list[str]:
     current = branch_name(pretrain, anneal)
@@ -46,7 +57,8 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
     names = chosen_branches(branches, pretrain, anneal, params)
     hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
-    models = {("pre_anneal",): pre_anneal, **{("branches", b): branches[b] / "final" for b in names}}
+    weights = {b: scored_weights(branches[b]) for b in names}
+    models = {("pre_anneal",): pre_anneal, **{("branches", b): weights[b][1] for b in names}}
     first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
     shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
     held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
@@ -64,6 +76,8 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
         node.update(_nest(result))
         text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
         samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
+    for b in names:
+        metrics["branches"][b]["weights"] = weights[b][0]  # says which weights were scored
     current = branch_name(pretrain, anneal)
     metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
     metrics["anneal_gain"] = {
