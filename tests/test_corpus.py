@@ -211,3 +211,15 @@ def test_an_unreadable_file_is_named():
         assert stat.S_IMODE(secret.stat().st_mode) == 0
     finally:
         shutil.rmtree(root)
+
+
+def test_blank_text_files_are_no_documents_and_leading_blanks_are_kept(tmp_path, monkeypatch):
+    from lehr import corpus
+
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 10)
+    (tmp_path / "c" / "gold").mkdir(parents=True)
+    (tmp_path / "c" / "gold" / "blank.txt").write_text(" \n" * 40)
+    (tmp_path / "c" / "gold" / "late.txt").write_text(" \n" * 40 + "words at last")
+    docs = list(Corpus(tmp_path / "c").documents())
+    assert "".join(d.text for d in docs) == " \n" * 40 + "words at last"
+    assert [d.last for d in docs] == [False] * (len(docs) - 1) + [True] and len(docs) > 3

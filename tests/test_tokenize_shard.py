@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 
@@ -83,6 +84,7 @@ def test_a_rerun_reuses_finished_parts_and_drops_stale_ones(uncapped, tmp_path):
     _tokenize(uncapped, tmp_path, workers=1, max_bytes_per_stream=0)
     parts = tmp_path / "tokens" / "parts"
     before = {p.name: p.stat().st_mtime_ns for p in parts.glob("*.bin")}
+    index = json.loads((tmp_path / "tokens" / "streams.json").read_text())
     victim = sorted((uncapped / "silver").iterdir())[0]
     moved = tmp_path / victim.name
     shutil.move(victim, moved)  # the corpus loses a file: its part goes, the others are reused
@@ -92,6 +94,14 @@ def test_a_rerun_reuses_finished_parts_and_drops_stale_ones(uncapped, tmp_path):
         shutil.move(moved, victim)
     after = {p.name: p.stat().st_mtime_ns for p in parts.glob("*.bin")}
     assert len(after) == len(before) - 1 and all(before[n] == t for n, t in after.items())
+    # The file back, and another touched (a corpus laid out again): both parts are encoded again,
+    # under the same names and with the same bytes, so the folder's DVC hash ignores file times.
+    touched = sorted((uncapped / "silver").iterdir())[1]
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    _tokenize(uncapped, tmp_path, workers=1, max_bytes_per_stream=0)
+    again = {p.name: p.stat().st_mtime_ns for p in parts.glob("*.bin")}
+    assert again.keys() == before.keys() and sum(again[n] != before[n] for n in again) == 2
+    assert json.loads((tmp_path / "tokens" / "streams.json").read_text()) == index
 
 
 def test_pieces_of_a_long_document_encode_like_the_whole(corpus_dir, tmp_path):

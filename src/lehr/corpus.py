@@ -236,14 +236,15 @@ def read_file(root: Path, path: Path, errors: str = "strict", field: str = "text
     stream = stream_of(root, path)
     if suffix_of(path) == ".txt":
         # Leading blank pieces wait until the document shows text: a blank file is no document.
-        blank: list[str] = []
+        held: list[str] = []
+        shown = False
         for piece, last in _read_txt(path, errors):
-            if blank is not None and not piece.strip():
-                blank.append(piece)
+            if not shown and not piece.strip():
+                held.append(piece)
                 continue
-            for held in blank or ():
-                yield Document(stream, held, False)
-            blank = None
+            shown = True
+            yield from (Document(stream, h, False) for h in held)
+            held = []
             yield Document(stream, piece, last)
         return
     texts = _read_parquet(path, field) if suffix_of(path) == ".parquet" else _read_jsonl(path, errors, field)

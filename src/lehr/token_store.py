@@ -4,15 +4,17 @@ Layout of the tokenize stage's output folder::
 
     parts/<key>.bin             the tokens of one task (a corpus file; or, under a per-stream
                                 cap, all files of a stream), appended as they are encoded
-    parts/<key>.json            that part's record, written after its .bin is complete
+    parts/.<key>.resume         that part's record, written after its .bin is complete, with the
+                                sizes and modification times of its files (DVC ignores it)
     streams.json                the index of a whole run
     streams-<i>-of-<N>.json     the index of slice i of N (``tokenize.slice``), for runs split
                                 across machines; the shard stage merges the N of them
 
-A part's key hashes what makes its bytes (the tokenizer, the files with their sizes and
-modification times, the reading settings), so a rerun after a kill reuses every finished part
-and encodes only the rest. The bytes of a part depend on its task alone, never on the number of
-workers or slices, so every split of the work gives the same streams.
+A part's key hashes what makes its bytes (the tokenizer, the stream, the files' paths, the
+reading settings); its record adds the files' sizes and modification times, so a rerun after a
+kill reuses every finished part whose files are unchanged and encodes only the rest. Names and
+bytes depend on the task alone, never on the number of workers or slices or on when the corpus
+was laid out, so every split of the work gives the same folder, and DVC the same hash.
 """
 
 from __future__ import annotations
@@ -85,14 +87,17 @@ def parse_slice(spec: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
-def _key(task: Task, root: Path, tokenizer_sha: str, settings: Settings) -> str:
-    files = []
-    for rel in task.files:
-        st = (root / rel).stat()
-        files.append([rel, st.st_size, st.st_mtime_ns])
-    blob = json.dumps({"format": FORMAT, "tokenizer": tokenizer_sha, "stream": task.stream, "files": files,
+def _key(task: Task, tokenizer_sha: str, settings: Settings) -> str:
+    blob = json.dumps({"format": FORMAT, "tokenizer": tokenizer_sha, "stream": task.stream, "files": task.files,
                        "settings": dataclasses.asdict(settings)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _stat(task: Task, root: Path) -> list:
+    return [[rel, (root / rel).stat().st_size, (root / rel).stat().st_mtime_ns] for rel in task.files]
+
+
+RESUME = ".resume"  # suffix of a part's record (``.<key>.resume``), which .dvcignore names
 
 
 def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
@@ -152,11 +157,12 @@ def encode_task(task: Task, corpus_root: str, out_dir: str, tokenizer_json: str,
                 settings: Settings) -> dict:
     """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
     root, parts = Path(corpus_root), Path(out_dir)
-    key = _key(task, root, tokenizer_sha, settings)
-    record_path = parts / f"{key}.json"
+    key, stat = _key(task, tokenizer_sha, settings), _stat(task, root)
+    record_path = parts / f".{key}{RESUME}"
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if (parts / record["file"]).is_file() and (parts / record["file"]).stat().st_size == record["n_bytes_on_disk"]:
+        done = parts / record["file"]
+        if record["stat"] == stat and done.is_file() and done.stat().st_size == record["n_bytes_on_disk"]:
             return {**record, "reused": True}
     tok = _WORKER_TOKENIZER.get(tokenizer_sha)
     if tok is None:
@@ -178,7 +184,8 @@ def encode_task(task: Task, corpus_root: str, out_dir: str, tokenizer_json: str,
     finally:
         tmp.unlink(missing_ok=True)
     record = {"task": task.index, "stream": task.stream, "sources": list(task.files), "file": final.name,
-              "n_docs": n_docs, "n_bytes": n_bytes, "n_tokens": n_tokens, "n_bytes_on_disk": final.stat().st_size}
+              "n_docs": n_docs, "n_bytes": n_bytes, "n_tokens": n_tokens, "n_bytes_on_disk": final.stat().st_size,
+              "stat": stat}
     write_text_atomic(record_path, json.dumps(record))
     return {**record, "reused": False}
 
@@ -270,8 +277,9 @@ def save_index(root: Path, index: dict) -> None:
         old.unlink()
     used = {Path(p["file"]).stem for s in index["streams"].values() for p in s["parts"]}
     for path in (root / "parts").glob("*") if (root / "parts").is_dir() else []:
-        stem = path.name.split(".")[0]
-        if path.suffix in (".bin", ".json") and stem not in used:
+        if path.suffix == ".bin" and path.stem not in used:
+            path.unlink()
+        elif path.name.startswith(".") and path.name.endswith(RESUME) and path.name[1:-len(RESUME)] not in used:
             path.unlink()
     fsync_dir(root)
 

@@ -25,14 +25,14 @@ def test_kill_9_mid_tokenize_resumes_from_finished_files(tmp_path, corpus_dir):
     tokens, tokenizer = repo / "data/03_primary/tokens", repo / "data/02_intermediate/tokenizer.json"
     sh(repo, *CMD)
     reference = dir_hash(tokens), tokenizer.read_bytes()
-    n_parts = len(list((tokens / "parts").glob("*.json")))
+    n_parts = len(list((tokens / "parts").glob(".*.resume")))
     shutil.rmtree(tokens)
     tokenizer.unlink()
 
     proc = subprocess.Popen(CMD, cwd=repo, env=env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and len(list((tokens / "parts").glob("*.json"))) < 20:
+    while time.time() < deadline and proc.poll() is None and len(list((tokens / "parts").glob(".*.resume"))) < 20:
         time.sleep(0.01)
     assert proc.poll() is None, "tokenize finished before the kill: give it more files"
     group = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
@@ -40,7 +40,7 @@ def test_kill_9_mid_tokenize_resumes_from_finished_files(tmp_path, corpus_dir):
     proc.wait()
     time.sleep(0.5)
     assert not [p for p in group if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    finished = len(list((tokens / "parts").glob("*.json")))
+    finished = len(list((tokens / "parts").glob(".*.resume")))
     assert 20 <= finished < n_parts and not (tokens / "streams.json").exists() and not tokenizer.exists()
 
     out = sh(repo, *CMD)
