@@ -94,7 +94,8 @@ def _key(task: Task, tokenizer_sha: str, settings: Settings) -> str:
 
 
 def _stat(task: Task, root: Path) -> list:
-    return [[rel, (root / rel).stat().st_size, (root / rel).stat().st_mtime_ns] for rel in task.files]
+    stats = [(rel, (root / rel).stat()) for rel in task.files]
+    return [[rel, st.st_size, st.st_mtime_ns] for rel, st in stats]
 
 
 RESUME = ".resume"  # suffix of a part's record (``.<key>.resume``), which .dvcignore names
