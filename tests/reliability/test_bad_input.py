@@ -1,5 +1,5 @@
 """Bad input at every stage: a non-zero exit, a message that names the problem and the fix, and
-no earlier artifact changed. The README's bad-input table lists the same cases."""
+no earlier artifact changed. docs/reliability.md's bad-input table lists the same cases."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 `dvc repro` again each time, and the final weights are bit-identical to an uninterrupted run.
 The same for a DDP worker: torchrun restarts the group and the run resumes to the same result.
 
-Figures (kills, resumes) are printed with ``pytest -s`` for the README."""
+Figures (kills, resumes) are printed with ``pytest -s`` for docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
 
     Kills land while the stage's command runs: that is lehr's code. DVC writes its own
     ``.dvc/tmp/rwlock`` in place, so a kill inside DVC's bookkeeping before or after the
-    command can leave that file empty, which no stage can guard against (README, Reliability)."""
+    command can leave that file empty, which no stage can guard against (docs/reliability.md)."""
     rng, landed = random.Random(seed), 0
     for i in range(KILLS):
         debris = present(run_dir, ".tmp-step_*")
