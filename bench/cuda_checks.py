@@ -27,8 +27,10 @@ from safetensors.torch import load_file
 
 from lehr.engine import checkpoint
 from lehr.engine.config import TrainConfig
-from lehr.engine.loop import FAULT_ENV, DivergedError, train
+from lehr.engine.loop import train
 from lehr.engine.model import preset
+from lehr.engine.step import FAULT_ENV
+from lehr.engine.stopping import DivergedError
 from synthetic import synthetic_shards
 
 EVENTS: list = []

@@ -34,8 +34,8 @@ PARAMS = {"tokenize": {"vocab_size": 4096, "train_sample_bytes": 8_000_000, "max
 
 def bundled_texts(tmp: Path) -> tuple[list[str], list[str]]:
     sys.path.insert(0, str(ROOT / "src"))
-    from lehr.bundled_corpus import build
-    from lehr.corpus import Corpus
+    from lehr.data.bundled_corpus import build
+    from lehr.data.corpus import Corpus
 
     build(tmp / "bundled")
     train, held = [], []

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, models
 
-from lehr.sharding import write_shard_set
-from lehr.tokenization import token_dtype, tokenizer_sha256
+from lehr.data.sharding import write_shard_set
+from lehr.data.tokenization import token_dtype, tokenizer_sha256
 
 
 def synthetic_shards(root: Path, vocab_size: int, n_tokens: int = 4_000_000, shard_tokens: int = 1 << 20) -> Path:

@@ -23,8 +23,9 @@ from lehr.engine import checkpoint, fp8
 from lehr.engine.config import TrainConfig
 from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.hardware import resolve
-from lehr.engine.loop import build_optimizer, train
+from lehr.engine.loop import train
 from lehr.engine.model import Transformer, preset
+from lehr.engine.start import build_optimizer
 from synthetic import synthetic_shards
 
 MIX = {"gold": 1.0, "silver": 1.0}

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from lehr.bundled_corpus import build
-from lehr.corpus import Corpus
+from lehr.data.bundled_corpus import build
+from lehr.data.corpus import Corpus
+from lehr.data.params import ShardParams, TokenizeParams
 from lehr.datasets import ShardsDataset, TokenizerDataset, TokenStreamsDataset
 from lehr.engine.config import TrainConfig
 from lehr.engine.model import preset
-from lehr.params import ShardParams, TokenizeParams
 from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
 from tests.e2e import make_repo, sh, stages_run

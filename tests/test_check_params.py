@@ -49,8 +49,8 @@ def test_bad_pretrain_values_are_named(change, message):
 
 
 @pytest.mark.parametrize("mix, message", [
-    ([[1.0, {"gold": 1}], [0.5, {"silver": 1}]], r"end fractions \[1.0, 0.5\] must rise strictly within \(0, 1\]"),
-    ([[1.5, {"gold": 1}]], r"end fractions \[1.5\] must rise"),
+    ([[1.0, {"gold": 1}], [0.5, {"silver": 1}]], r"end fractions \[1.0, 0.5\]: they must rise strictly within \(0, 1\]"),
+    ([[1.5, {"gold": 1}]], r"end fractions \[1.5\]: they must rise"),
     ([[1.0, {"gold": 0}]], r"anneal.mix\[0\].gold = 0 must be a positive number"),
 ])
 def test_bad_anneal_phases_are_named(mix, message):

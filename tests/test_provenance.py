@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from lehr import provenance
+from lehr.tracking import provenance
 
 
 def test_inputs_are_hashed_from_the_files_read(tmp_path, smoke_shards):

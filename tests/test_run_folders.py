@@ -65,7 +65,7 @@ def test_prune_never_touches_a_folder_a_live_run_holds(tmp_path, capsys):
 
     runs = layout(tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from lehr import locks\n"
+        [sys.executable, "-c", "import sys, time; from lehr.files import locks\n"
          "with locks.hold(sys.argv[1], 'training run'):\n    print('held', flush=True); time.sleep(120)",
          str(runs["killed"])], stdout=subprocess.PIPE, text=True)
     try:

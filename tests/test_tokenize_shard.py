@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from lehr.corpus import Corpus, Document, cut_points
+from lehr.data.corpus import Corpus, Document, cut_points
+from lehr.data.params import ShardParams, TokenizeParams
+from lehr.data.token_store import TokenStoreError
+from lehr.data.tokenization import token_dtype, training_sample
 from lehr.datasets import ShardsDataset, TokenStreamsDataset
-from lehr.params import ShardParams, TokenizeParams
 from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
-from lehr.token_store import TokenStoreError
-from lehr.tokenization import token_dtype, training_sample
 from tests.conftest import SMOKE_TOKENIZE
 from tests.e2e import dir_hash
 
@@ -183,7 +183,7 @@ def test_shard_refuses_a_tokenizer_that_did_not_make_the_tokens(corpus_dir, tmp_
     ({"vocab_size": 200}, "tokenize.vocab_size = 200 is out of range"),
     ({"vocab_size": 2_000_000}, "tokenize.vocab_size = 2000000 is out of range"),
     ({"vocab_size": "big"}, "tokenize.vocab_size = 'big' has the wrong type"),
-    ({"on_decode_error": "ignore"}, "tokenize.on_decode_error = 'ignore' has the wrong type"),
+    ({"on_decode_error": "ignore"}, "tokenize.on_decode_error = 'ignore' must be one of error, replace"),
     ({"special_tokens": ["<pad>"]}, "must start with <|endoftext|>"),
     ({"workers": -1}, "tokenize.workers = -1 must be >= 0"),
     ({"slice": "3/2"}, "tokenize.slice = '3/2' must be i/N"),
@@ -194,7 +194,7 @@ def test_tokenize_params_are_validated(change, message):
 
 
 def test_shard_params_are_validated():
-    with pytest.raises(ValueError, match="shard.shard_tokens must be positive"):
+    with pytest.raises(ValueError, match="shard.shard_tokens = 0 must be positive"):
         ShardParams(shard_tokens=0)
     with pytest.raises(TypeError, match="shard_size"):
         ShardParams(shard_size=10)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlflow
 
-from lehr import tracking
+from lehr.tracking import runs as tracking
 
 
 def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monkeypatch):

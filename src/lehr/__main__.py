@@ -18,11 +18,11 @@ from pathlib import Path
 
 import yaml
 
-from lehr.corpus import CorpusError
+from lehr.data.corpus import CorpusError
 
 
 def _corpus(args: argparse.Namespace) -> int:
-    from lehr.bundled_corpus import build
+    from lehr.data.bundled_corpus import build
 
     out = Path(args.out)
     if out.exists():
@@ -116,7 +116,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from lehr.run_folders import scan
+    from lehr.files.run_folders import scan
 
     folders = scan(Path(args.models))
     if not folders:
@@ -132,7 +132,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from lehr.run_folders import prunable, remove, scan
+    from lehr.files.run_folders import prunable, remove, scan
 
     folders = scan(Path(args.models))
     for f in folders:

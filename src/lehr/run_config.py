@@ -1,5 +1,7 @@
 """Stage params -> the engine's ``TrainConfig``, and running it: the one place the Kedro glue
-meets the engine."""
+meets the engine. The params already hold the engine's config parts (``lehr.params``); what is
+computed here is only what derives from several settings or from the data: the model for the
+tokenizer's vocabulary, the stop rule, the branch's decay, the run folders."""
 
 from __future__ import annotations
 
@@ -10,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr import tracking
-from lehr.engine import distributed
-from lehr.engine.config import StopRule, TrainConfig
+from lehr.engine import launch
+from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
+from lehr.tracking import runs as tracking
 
 
 def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
@@ -29,17 +31,10 @@ def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
 
 
 def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) -> dict:
-    return dict(
-        model=model_config(p, manifest), shards=manifest["root"], out_dir=str(out_dir), seed=p.seed,
-        batch_size=p.batch_size, micro_batch=p.micro_batch, stable_mix=p.stable_mix, lr=p.lr,
-        warmup_steps=p.warmup_steps, weight_decay=p.weight_decay, grad_clip=p.grad_clip, schedule=p.schedule,
-        total_steps=p.total_steps, precision=p.precision, compile=p.compile, device=p.device,
-        attention=p.attention,
-        log_every=p.log_every, eval_windows=p.eval_windows, sample_tokens=p.sample_tokens,
-        ckpt_every=p.ckpt_every, keep_last=p.keep_last, max_consecutive_skips=p.max_consecutive_skips,
-        max_epochs_warn=p.max_epochs_warn,
-        provenance=provenance,
-    )
+    """The settings a stage run takes from ``pretrain`` as they are: every shared config part."""
+    parts = {k: v for part in SHARED_PARTS for k, v in p.part(part).items()}
+    return dict(parts, model=model_config(p, manifest), shards=manifest["root"], out_dir=str(out_dir),
+                provenance=provenance)
 
 
 def _key(*parts) -> str:
@@ -61,8 +56,7 @@ def stable_config(p: PretrainParams, manifest: dict, runs_root: Path, provenance
         auto=aa.enabled and p.schedule == "wsd",  # the cosine baseline stops where planned: equal tokens
         stall_window=aa.stall_window, stall_eps=aa.stall_eps, save_to="",
     )
-    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance), data_seed=p.data_seed, min_lr=p.min_lr,
-                      eval_every=p.eval_every, stop_rule=rule)
+    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance), stop_rule=rule)
     name = p.run_name or "auto-" + _key(cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"])
     run_dir = runs_root / name
     return dataclasses.replace(cfg, out_dir=str(run_dir),
@@ -97,11 +91,12 @@ def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal
     length = decay_steps(p, a)
     # The cosine baseline spends exactly the nominal budget, like WSD's planned stable + decay.
     end = p.total_steps if p.schedule == "cosine" else start + length
+    shared = _shared(p, manifest, run_dir, provenance) | dict(
+        data_seed=a.data_seed, eval_every=a.eval_every, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr)
     return TrainConfig(
-        **_shared(p, manifest, run_dir, provenance), data_seed=a.data_seed, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr,
-        anneal_mix=a.mix, anneal_start=start, anneal_steps=end - start, decay_shape=a.shape, end_step=end,
-        init_from=str(pre_anneal), init_optimizer=a.init_optimizer, eval_every=a.eval_every,
-        patience=a.patience, patience_from_step=start + (end - start) // 2,
+        **shared, anneal_mix=a.mix, anneal_start=start, anneal_steps=end - start, decay_shape=a.shape, end_step=end,
+        init_from=str(pre_anneal), init_optimizer=a.init_optimizer, patience=a.patience,
+        patience_from_step=start + (end - start) // 2,
     )
 
 
@@ -109,8 +104,7 @@ def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
     """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
     (its checkpoint is saved, and running the stage again resumes it)."""
     tracking.mark_attempt(cfg.out_dir)
-    summary = distributed.run(cfg.to_dict(), distributed.Launch(**vars(params.launch)), [tracking.CALLBACK],
-                              tracking.current_run_env())
+    summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
     if summary["stopped"] == "signal":
         raise RuntimeError(f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
                            f"{summary['out_dir']}: run the stage again to resume")

@@ -2,7 +2,7 @@
 
 from kedro.config import OmegaConfigLoader
 
-from lehr.hooks import MlflowTracking
+from lehr.tracking.hooks import MlflowTracking
 
 HOOKS = (MlflowTracking(),)
 

@@ -60,7 +60,7 @@ import numpy as np, torch
 from lehr.engine import checkpoint
 from lehr.engine.checkpoint import CheckpointError, Rolling
 from lehr.engine.model import Transformer, preset
-from lehr.sharding import write_shard_set
+from lehr.data.sharding import write_shard_set
 
 root, which, limit = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 model = Transformer(preset("tiny", 64))

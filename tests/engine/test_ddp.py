@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.distributed import Launch, run
+from lehr.engine.launch import Launch, run
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +20,8 @@ def _weights(run_dir):
 
 def test_two_gloo_workers_match_one_process(tiny_config, tmp_path):
     base = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=8)
-    one = run(tiny_config(out_dir=str(tmp_path / "one"), **base).to_dict(), Launch(nproc_per_node=1))
-    two = run(tiny_config(out_dir=str(tmp_path / "two"), **base).to_dict(), Launch(nproc_per_node=2))
+    one = run(tiny_config(out_dir=str(tmp_path / "one"), **base), Launch(nproc_per_node=1))
+    two = run(tiny_config(out_dir=str(tmp_path / "two"), **base), Launch(nproc_per_node=2))
     assert one["step"] == two["step"] == 16
     a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     for k in a:
@@ -38,9 +38,9 @@ def test_two_gloo_workers_match_one_process(tiny_config, tmp_path):
 
 def test_resume_under_ddp_is_exact(tiny_config, tmp_path):
     base = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=4)
-    run(tiny_config(out_dir=str(tmp_path / "straight"), **base).to_dict(), Launch(nproc_per_node=2))
-    run(tiny_config(out_dir=str(tmp_path / "chunked"), end_step=6, **base).to_dict(), Launch(nproc_per_node=2))
-    summary = run(tiny_config(out_dir=str(tmp_path / "chunked"), **base).to_dict(), Launch(nproc_per_node=2))
+    run(tiny_config(out_dir=str(tmp_path / "straight"), **base), Launch(nproc_per_node=2))
+    run(tiny_config(out_dir=str(tmp_path / "chunked"), end_step=6, **base), Launch(nproc_per_node=2))
+    summary = run(tiny_config(out_dir=str(tmp_path / "chunked"), **base), Launch(nproc_per_node=2))
     assert summary["mode"] == "resume"
     a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "chunked")
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -48,4 +48,4 @@ def test_resume_under_ddp_is_exact(tiny_config, tmp_path):
 
 def test_more_processes_than_devices_is_refused(tiny_config):
     with pytest.raises(ValueError, match="exceeds the .* CPU cores"):
-        run(tiny_config().to_dict(), Launch(nproc_per_node=512))
+        run(tiny_config(), Launch(nproc_per_node=512))

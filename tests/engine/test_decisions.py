@@ -3,8 +3,8 @@ data mix a step of a staged anneal draws from, at the phase boundaries."""
 
 from __future__ import annotations
 
-from lehr.engine.evaluation import stalled
-from lehr.engine.loop import anneal_mix
+from lehr.engine.schedule import mix_at
+from lehr.engine.stopping import stalled
 
 
 def test_a_curve_stalls_when_its_latest_half_no_longer_beats_the_half_before():
@@ -16,11 +16,14 @@ def test_a_curve_stalls_when_its_latest_half_no_longer_beats_the_half_before():
     assert stalled([3.0, 3.0, 4.0, 4.0, 4.0, 4.0], window=4, eps=0.01)  # only the last window counts
 
 
-def test_a_staged_anneal_switches_mix_exactly_at_its_phase_boundaries(tiny_config):
+def test_a_staged_anneal_switches_mix_exactly_at_its_phase_boundaries():
     silver, gold = {"silver": 1.0}, {"gold": 1.0}
-    cfg = tiny_config(stable_mix={"gold": 1.0, "silver": 1.0}, anneal_mix=[[0.5, silver], [1.0, gold]],
-                      anneal_steps=10)
-    assert anneal_mix(cfg, 99, anneal_start=100) == cfg.stable_mix  # before the anneal
-    assert anneal_mix(cfg, 50, anneal_start=None) == cfg.stable_mix  # no anneal decided yet
-    assert [anneal_mix(cfg, s, anneal_start=100) for s in (100, 104)] == [silver, silver]
-    assert [anneal_mix(cfg, s, anneal_start=100) for s in (105, 109, 110, 200)] == [gold] * 4
+    stable, phases = {"gold": 1.0, "silver": 1.0}, [[0.5, silver], [1.0, gold]]
+
+    def mix(step, anneal_start=100):
+        return mix_at(step, anneal_start, 10, stable, phases)
+
+    assert mix(99) == stable  # before the anneal
+    assert mix(50, anneal_start=None) == stable  # no anneal decided yet
+    assert [mix(s) for s in (100, 104)] == [silver, silver]
+    assert [mix(s) for s in (105, 109, 110, 200)] == [gold] * 4

@@ -9,6 +9,7 @@ import torch
 
 from lehr.engine import loop
 from lehr.engine.metrics import RunLog
+from lehr.engine.step import FAULT_ENV
 
 # Every Python-level way a tensor's value reaches the host.
 READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
@@ -16,7 +17,7 @@ READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index
 
 @pytest.mark.parametrize("fault_steps", ["", "13"])
 def test_one_device_read_per_logged_step(tiny_config, monkeypatch, fault_steps):
-    monkeypatch.setenv(loop.FAULT_ENV, fault_steps)  # a skipped step must not add a read either
+    monkeypatch.setenv(FAULT_ENV, fault_steps)  # a skipped step must not add a read either
     events = []
     for name in READS:
         original = getattr(torch.Tensor, name)

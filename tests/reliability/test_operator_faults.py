@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr import locks
+from lehr.files import locks
 from tests.e2e import env, make_repo, sh
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from typing import Any
 
 from kedro.io import AbstractDataset
 
-from lehr import locks
-from lehr.atomic import recover, replace_dir, sibling
+from lehr.files import locks
+from lehr.files.atomic import recover, replace_dir, sibling
 
 # What a branch keeps of its run: the final and best weights (with their state) and its curve.
 KEPT = ("final", "best", "metrics.jsonl")

@@ -7,8 +7,8 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr import locks
-from lehr.atomic import recover, replace_dir, sibling
+from lehr.files import locks
+from lehr.files.atomic import recover, replace_dir, sibling
 
 
 def copy_dir_atomic(src: Path, dst: Path) -> None:

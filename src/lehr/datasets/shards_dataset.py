@@ -6,8 +6,8 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr import locks
-from lehr.sharding import ShardSpec
+from lehr.data.sharding import ShardSpec
+from lehr.files import locks
 
 
 class ShardsDataset(AbstractDataset[ShardSpec, dict]):

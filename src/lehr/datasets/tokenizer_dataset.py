@@ -6,7 +6,7 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 from tokenizers import Tokenizer
 
-from lehr.atomic import write_text_atomic
+from lehr.files.atomic import write_text_atomic
 
 
 class TokenizerDataset(AbstractDataset[Tokenizer, Tokenizer]):

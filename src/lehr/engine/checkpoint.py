@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from lehr.atomic import recover, replace_dir, sha256_file, sibling, write_text_atomic
+from lehr.files.atomic import recover, replace_dir, sha256_file, sibling, write_text_atomic
 
 log = logging.getLogger(__name__)
 STATE = "state.json"

@@ -1,4 +1,14 @@
-"""The run configuration of one training run, and the hash that guards exact resume."""
+"""The configuration of one training run, declared once, in parts.
+
+Each part (schedule, optimizer, data, hardware, eval, checkpointing, ...) is a frozen dataclass
+that declares its settings with their types, defaults and checks. ``TrainConfig`` is every part
+together; the Kedro stage params (``lehr.params``) inherit the same parts, so a setting such as
+``lr`` is declared, defaulted and validated here and nowhere else, and a stage's params become a
+``TrainConfig`` by taking the fields the parts share (``run_config``) instead of copying them.
+
+A field either changes the math of a step or it does not (``RESUMABLE``): the math fields make
+the hash that an exact resume must match.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +16,138 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
+from lehr.engine.parts import Part, check_mix, require, require_positive, require_seed
 from lehr.engine.schedule import SHAPES
 
-# Fields that do not change the math of a step: a resumed run may change them freely.
-# Everything else enters the math hash, and a resume under a different hash is refused.
-RESUMABLE_FIELDS = frozenset({
-    "out_dir", "shards", "total_steps", "stop_rule", "end_step", "log_every", "eval_every",
-    "eval_windows", "sample_tokens", "sample_prompt", "ckpt_every", "keep_last", "compile",
-    "device", "peak_tflops", "patience", "patience_from_step", "init_from", "init_optimizer",
-    "micro_batch", "max_consecutive_skips", "max_epochs_warn", "provenance", "attention",
-})
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleConfig(Part):
+    """The learning rate over the steps: warmup, then WSD's stable phase or a cosine."""
+
+    schedule: Literal["wsd", "cosine"] = "wsd"  # cosine = the baseline: one warmup + cosine over total_steps
+    lr: float = 3e-3  # peak learning rate
+    min_lr: float = 3e-4  # floor of the cosine; WSD decays to the anneal's own min_lr
+    warmup_steps: int = 40
+    total_steps: int = 700  # nominal budget in optimizer steps, stable + anneal
+    RESUMABLE: ClassVar[frozenset] = frozenset({"total_steps"})
+
+    def check(self) -> None:
+        require_positive(self, "lr", "total_steps")
+        require(0 <= self.min_lr <= self.lr, "min_lr", self.min_lr, "must lie in [0, lr]")
+        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig(Part):
+    """AdamW: decay on matrices only, global-norm clipping."""
+
+    weight_decay: float = 0.1  # matrices only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # max global grad norm; 0 = off
+
+    def check(self) -> None:
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
+        for key in ("beta1", "beta2"):
+            require(0 <= getattr(self, key) < 1, key, getattr(self, key), "must lie in [0, 1)")
+        require(self.grad_clip >= 0, "grad_clip", self.grad_clip, "must be >= 0 (0 = no clipping)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig(Part):
+    """What a step draws: how many sequences, split how, from which tiers."""
+
+    data_seed: int = 1  # training windows; an anneal branch takes a fresh one
+    batch_size: int = 32  # sequences per optimizer step, all processes and micro-batches together
+    micro_batch: int = 16  # sequences per forward pass per process; accumulation makes up the rest
+    stable_mix: dict[str, float] = field(default_factory=lambda: {"gold": 1.0, "silver": 1.0})  # tier -> weight
+    max_epochs_warn: float = 4.0  # warn at start when a tier would be repeated more often (epochs)
+    RESUMABLE: ClassVar[frozenset] = frozenset({"micro_batch", "max_epochs_warn"})
+
+    def check(self) -> None:
+        require_positive(self, "batch_size", "micro_batch", "max_epochs_warn")
+        require(self.batch_size % self.micro_batch == 0, "batch_size", self.batch_size,
+                f"is not a multiple of micro_batch {self.micro_batch}")
+        require_seed("data_seed", self.data_seed)
+        check_mix(self.stable_mix, "stable_mix")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareConfig(Part):
+    """Where and in what precision the math runs; none of it changes what a step computes."""
+
+    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = "auto"  # auto: bf16 / fp16 on GPUs, fp32 on CPU
+    compile: bool = False  # torch.compile the training step
+    attention: Literal[("auto", *ATTENTION)] = "auto"  # SDPA kernel; auto = PyTorch picks (same math)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    peak_tflops: float | None = None  # MFU denominator; None = from the hardware profile
+    RESUMABLE: ClassVar[frozenset] = frozenset({"compile", "attention", "device", "peak_tflops"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig(Part):
+    """Held-out evals during training: how often, on how much, and a sample of text."""
+
+    log_every: int = 20  # steps between log lines (each one a host sync)
+    eval_every: int = 40  # steps between held-out evals
+    eval_windows: int = 32  # fixed held-out windows per source
+    sample_tokens: int = 32  # tokens of text sampled at each eval; 0 = none
+    sample_prompt: str = "The"
+    RESUMABLE: ClassVar[frozenset] = frozenset({"log_every", "eval_every", "eval_windows", "sample_tokens",
+                                                "sample_prompt"})
+
+    def check(self) -> None:
+        require_positive(self, "log_every", "eval_every", "eval_windows")
+        require(self.sample_tokens >= 0, "sample_tokens", self.sample_tokens, "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig(Part):
+    ckpt_every: int = 40  # steps between rolling checkpoints
+    keep_last: int = 2  # rolling checkpoints kept
+    RESUMABLE: ClassVar[frozenset] = frozenset({"ckpt_every", "keep_last"})
+
+    def check(self) -> None:
+        require_positive(self, "ckpt_every", "keep_last")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardConfig(Part):
+    seed: int = 0  # model init and the per-rank RNGs
+    max_consecutive_skips: int = 5  # non-finite steps in a row before the run aborts
+    RESUMABLE: ClassVar[frozenset] = frozenset({"max_consecutive_skips"})
+
+    def check(self) -> None:
+        require_seed("seed", self.seed)
+        require_positive(self, "max_consecutive_skips")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch(Part):
+    """How many processes train, on how many machines (``launch`` starts them)."""
+
+    nproc_per_node: int = 1  # processes on this machine (GPUs, or CPU workers on gloo); 1 = in-process
+    nnodes: int = 1  # machines taking part; more than 1 needs rdzv_endpoint reachable from all
+    node_rank: int = 0
+    rdzv_endpoint: str = "127.0.0.1:29500"  # host:port of the rendezvous (node 0)
+    rdzv_backend: str = "c10d"
+    max_restarts: int = 0  # torchrun restarts the whole group this often after a worker dies, resuming
+
+    def check(self) -> None:
+        require(self.nproc_per_node >= 1, "nproc_per_node", self.nproc_per_node, "must be at least 1")
+        require(self.nnodes >= 1, "nnodes", self.nnodes, "must be at least 1")
+        require(0 <= self.node_rank < self.nnodes, "node_rank", self.node_rank,
+                f"must lie in [0, nnodes = {self.nnodes})")
+        require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "must be >= 0")
+
+
+# The parts a stage's params and the engine share, in the order a reader meets them.
+SHARED_PARTS = (ScheduleConfig, OptimizerConfig, DataConfig, HardwareConfig, EvalConfig, CheckpointConfig,
+                GuardConfig)
 
 
 @dataclass(frozen=True)
@@ -34,73 +163,48 @@ class StopRule:
     save_to: str  # directory where the pre_anneal checkpoint is written
 
 
-@dataclass(frozen=True)
-class TrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class DecayConfig(Part):
+    """The anneal: where the decay starts, how long and in what shape, and the data mix over it."""
+
+    anneal_start: int | None = None  # first decay step (WSD) / first anneal-mix step; None = open-ended
+    anneal_steps: int = 0  # decay length in steps
+    decay_shape: Literal[SHAPES] = "1-sqrt"
+    anneal_mix: list = field(default_factory=list)  # [[end_fraction, {tier: weight}], ...] over the decay
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopConfig(Part):
+    """What ends the run besides its budget; the policies in ``stopping`` read these."""
+
+    end_step: int | None = None  # stop before this step; None = total_steps unless stop_rule decides
+    stop_rule: StopRule | None = None  # the stable phase only
+    patience: int = 0  # evals without a new best before an early stop; 0 = never
+    patience_from_step: int = 0  # patience is only counted from this step (mid-decay)
+    RESUMABLE: ClassVar[frozenset] = frozenset({"end_step", "stop_rule", "patience", "patience_from_step"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop_rule, dict):  # from a job file
+            object.__setattr__(self, "stop_rule", StopRule(**self.stop_rule))
+        super().__post_init__()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
+    """One training run: every part, plus the model, the data and where it writes."""
+
     model: ModelConfig
     shards: str  # shard folder holding manifest.json and tokenizer.json
     out_dir: str  # this run's rolling checkpoints and metrics.jsonl
-    seed: int  # model init and per-rank RNGs
-    data_seed: int  # training windows; an anneal branch takes a fresh one
-    batch_size: int  # sequences per optimizer step, all ranks and micro-batches together
-    micro_batch: int  # sequences per forward pass per rank; accumulation = batch / (micro * world)
-    stable_mix: dict[str, float]  # tier -> weight before the anneal
-    anneal_mix: list = field(default_factory=list)  # [[end_fraction, {tier: weight}], ...] over the decay
-    lr: float = 3e-3  # peak learning rate
-    min_lr: float = 3e-4  # learning rate at the end of the decay
-    warmup_steps: int = 100
-    weight_decay: float = 0.1  # on matrices only
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
-    schedule: str = "wsd"  # wsd | cosine
-    total_steps: int = 1000  # nominal step budget (cosine ends here; WSD plans the anneal from it)
-    anneal_start: int | None = None  # first decay step (WSD) / first anneal-mix step; None = open-ended
-    anneal_steps: int = 0  # decay length in steps
-    decay_shape: str = "1-sqrt"
-    end_step: int | None = None  # stop before this step; None = total_steps unless stop_rule decides
-    stop_rule: StopRule | None = None  # stable phase only
     init_from: str | None = None  # checkpoint to branch from when out_dir holds none
     init_optimizer: bool = True  # branch with the optimizer state too
-    precision: str = "auto"  # auto | bf16 | fp16 | fp32 | fp8 (block matmuls in FP8 through torchao)
-    compile: bool = False  # torch.compile the training step
-    attention: str = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math (same math, other kernels)
-    device: str = "auto"  # auto | cpu | cuda
-    peak_tflops: float | None = None  # MFU denominator; None = from the hardware profile
-    log_every: int = 10  # steps between log lines
-    eval_every: int = 100  # steps between held-out evals (and sample texts)
-    eval_windows: int = 16  # fixed held-out windows per source
-    sample_tokens: int = 48  # tokens of text sampled at each eval; 0 = none
-    sample_prompt: str = "The"
-    patience: int = 0  # evals without a new best before an early stop; 0 = never
-    patience_from_step: int = 0  # patience is only counted from this step (mid-decay)
-    ckpt_every: int = 100  # steps between rolling checkpoints
-    keep_last: int = 2  # rolling checkpoints kept
-    max_consecutive_skips: int = 5  # non-finite steps in a row before aborting
-    max_epochs_warn: float = 4.0  # warn at start when a tier would be repeated more often than this
     provenance: dict = field(default_factory=dict)  # git commit, data hashes... stored in checkpoints
+    RESUMABLE: ClassVar[frozenset] = frozenset({"out_dir", "shards", "init_from", "init_optimizer", "provenance"})
 
     def __post_init__(self) -> None:
-        if isinstance(self.model, dict):
+        if isinstance(self.model, dict):  # from a job file
             object.__setattr__(self, "model", ModelConfig(**self.model))
-        if isinstance(self.stop_rule, dict):
-            object.__setattr__(self, "stop_rule", StopRule(**self.stop_rule))
-        checks = [
-            (self.lr > 0, f"lr must be positive, got {self.lr}"),
-            (0 <= self.min_lr <= self.lr, f"min_lr must lie in [0, lr], got {self.min_lr}"),
-            (self.batch_size > 0 and self.micro_batch > 0, "batch_size and micro_batch must be positive"),
-            (self.batch_size % self.micro_batch == 0,
-             f"batch_size {self.batch_size} is not a multiple of micro_batch {self.micro_batch}"),
-            (self.schedule in ("wsd", "cosine"), f"schedule must be wsd or cosine, got {self.schedule!r}"),
-            (self.decay_shape in SHAPES, f"decay_shape must be one of {SHAPES}, got {self.decay_shape!r}"),
-            (self.precision in ("auto", "bf16", "fp16", "fp32", "fp8"), f"unknown precision {self.precision!r}"),
-            (self.attention in ("auto", *ATTENTION), f"attention must be auto or one of {', '.join(ATTENTION)}"),
-            (self.total_steps > 0 and self.warmup_steps >= 0, "total_steps must be positive"),
-            (bool(self.stable_mix) and all(w >= 0 for w in self.stable_mix.values())
-             and sum(self.stable_mix.values()) > 0, "stable_mix needs a positive weight"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        super().__post_init__()
 
     def grad_accum(self, world_size: int) -> int:
         per_step = self.micro_batch * world_size
@@ -112,14 +216,12 @@ class TrainConfig:
         return self.batch_size // per_step
 
     def to_dict(self) -> dict:
+        """For files (checkpoint state, a torchrun job); in-process, the object itself travels."""
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        return cls(**d)
-
     def math_fields(self) -> dict:
-        return {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_FIELDS}
+        skip = self.resumable()
+        return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def math_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.math_fields(), sort_keys=True).encode()).hexdigest()[:16]

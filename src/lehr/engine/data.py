@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lehr.atomic import sha256_file
+from lehr.files.atomic import sha256_file
 
 
 class DataError(ValueError):

@@ -65,17 +65,6 @@ def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: i
     return out
 
 
-def stalled(losses: list[float], window: int, eps: float) -> bool:
-    """True when the best of the latest ``window/2`` evals beats the best of the half before by < eps.
-
-    The held-out windows are fixed, so the curve is smooth enough for a small eps.
-    """
-    if len(losses) < window:
-        return False
-    half = window // 2
-    return min(losses[-half:]) > min(losses[-window:-half]) - eps
-
-
 @torch.no_grad()
 def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, device: torch.device) -> str:
     """A short continuation from a fixed-seed generator, so samples at different steps compare."""

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from lehr.atomic import recover, replace_dir, sha256_file, sibling
 from lehr.engine.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
+from lehr.files.atomic import recover, replace_dir, sha256_file, sibling
 
 
 class ExportError(ValueError):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from lehr.atomic import write_text_atomic
+from lehr.files.atomic import write_text_atomic
 
 log = logging.getLogger("lehr.train")
 Callback = Callable[[list[dict]], None]  # takes records, oldest first

@@ -38,3 +38,16 @@ def lr_at(step: int, *, kind: str, lr: float, min_lr: float, warmup_steps: int, 
         return lr
     progress = (step - anneal_start + 1) / max(1, anneal_steps)
     return min_lr + (lr - min_lr) * decay_factor(progress, shape)
+
+
+def mix_at(step: int, anneal_start: int | None, anneal_steps: int, stable_mix: dict[str, float],
+           anneal_mix: list) -> dict[str, float]:
+    """The data mix of a step: ``stable_mix`` until the anneal starts, then the phase of
+    ``anneal_mix`` (``[[end_fraction, {tier: weight}], ...]``) the step's place in the decay falls in."""
+    if anneal_start is None or step < anneal_start or not anneal_mix:
+        return stable_mix
+    frac = (step - anneal_start) / max(1, anneal_steps)
+    for end_fraction, weights in anneal_mix:
+        if frac < end_fraction:
+            return weights
+    return anneal_mix[-1][1]

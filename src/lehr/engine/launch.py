@@ -1,0 +1,87 @@
+"""Starting a run's processes. World size 1 trains in this process; more goes through
+``torch.distributed.run`` (torchrun): one machine on a private rendezvous, several through a
+shared endpoint. The training itself is ``loop.train``; each torchrun worker enters at ``worker``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from lehr.engine.config import Launch, TrainConfig
+from lehr.engine.loop import train
+from lehr.files import locks
+from lehr.files.atomic import sibling
+
+
+def check_fits_machine(launch: Launch, device: str) -> None:
+    wants_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if wants_cuda and launch.nproc_per_node > torch.cuda.device_count():
+        raise ValueError(
+            f"launch.nproc_per_node = {launch.nproc_per_node} but this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s); ask for at most that many"
+        )
+    if not wants_cuda and launch.nproc_per_node > (os.cpu_count() or 1):
+        raise ValueError(
+            f"launch.nproc_per_node = {launch.nproc_per_node} exceeds the {os.cpu_count()} CPU cores of "
+            f"this machine; ask for at most that many"
+        )
+
+
+def torchrun_args(launch: Launch) -> list[str]:
+    args = [f"--nproc-per-node={launch.nproc_per_node}", f"--max-restarts={launch.max_restarts}"]
+    if launch.nnodes == 1:
+        # One machine: a private rendezvous on a free local port, so two runs never collide.
+        return [*args, "--standalone"]
+    return [*args, f"--nnodes={launch.nnodes}", f"--node-rank={launch.node_rank}",
+            f"--rdzv-backend={launch.rdzv_backend}", f"--rdzv-endpoint={launch.rdzv_endpoint}"]
+
+
+def run(cfg: TrainConfig, launch: Launch, callback_specs: list[str] = (), extra_env: dict[str, str] | None = None) -> dict:
+    """Train ``cfg``; returns rank 0's run summary. Multi-process runs go through torchrun.
+
+    ``callback_specs`` are ``module:factory`` paths, built in whichever process is rank 0.
+    """
+    check_fits_machine(launch, cfg.device)
+    out_dir = Path(cfg.out_dir)
+    with locks.hold(out_dir, "training run"):
+        if launch.nproc_per_node * launch.nnodes == 1:
+            return train(cfg, list(callback_specs))
+        return _torchrun(cfg, launch, callback_specs, extra_env, out_dir)
+
+
+def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_dir: Path) -> dict:
+    # The job files live in the run folder under a name the next run's recovery clears if a kill
+    # leaves them behind (a kill skips every cleanup handler).
+    job_dir = sibling(out_dir / "launch", "tmp")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cfg_path, summary_path = job_dir / "config.json", job_dir / "summary.json"
+        cfg_path.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": list(callback_specs)}))
+        cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(launch),
+               "-m", "lehr.engine.worker", str(cfg_path), str(summary_path)]
+        env = {**os.environ, **(extra_env or {}), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # torchrun dies with this process, and its workers with it (worker.py): a kill of the stage
+        # leaves no process behind to go on writing the run folder.
+        proc = subprocess.run(cmd, env=env, preexec_fn=die_with_parent)
+        if proc.returncode != 0:
+            raise RuntimeError(f"torchrun exited with code {proc.returncode}; see the log above")
+        return json.loads(summary_path.read_text())
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

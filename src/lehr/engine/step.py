@@ -1,0 +1,70 @@
+"""One optimizer step, all on the device: set the LR, accumulate the micro-batches' gradients
+(autocast forward, scaled loss, backward; DDP's ``no_sync`` on all but the last), unscale and
+clip, then the fused AdamW step, which skips itself when the grad norm is not finite. Nothing
+here reads a tensor on the host; the loop does that at its sync points."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+
+from lehr.engine.guard import NonFiniteGuard
+from lehr.engine.hardware import Hardware, memory_report
+
+FAULT_ENV = "LEHR_FAULT_NONFINITE_STEPS"  # test-only: comma-separated steps whose loss becomes NaN
+
+
+@dataclass
+class StepResult:
+    loss: torch.Tensor  # the mean loss of this rank's share of the batch, on the device
+    grad_norm: torch.Tensor  # before clipping, on the device
+    lr: float
+
+
+def injected_faults() -> set[int]:
+    return {int(s) for s in os.environ.get(FAULT_ENV, "").split(",") if s.strip()}
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def accumulate(forward, model: torch.nn.Module, batches: list, scaler, hw: Hardware, accum: int, ddp: bool,
+               nan_loss: bool) -> torch.Tensor:
+    """Backward over the micro-batches; returns the batch's mean loss as a device scalar."""
+    step_loss = torch.zeros((), device=hw.device)
+    for i, (x, y) in enumerate(batches):
+        sync = model.no_sync() if ddp and i < len(batches) - 1 else contextlib.nullcontext()
+        with sync:
+            with hw.compute():
+                _, loss = forward(x, y)
+            if nan_loss:
+                loss = loss * float("nan")
+            # Divide so the accumulated gradient is that of one batch of batch_size sequences.
+            scaler.scale(loss / accum).backward()
+        step_loss += loss.detach() / accum
+    return step_loss
+
+
+def update(core: torch.nn.Module, optimizer, scaler, guard: NonFiniteGuard, grad_clip: float) -> torch.Tensor:
+    """Unscale, clip, step (skipped on the device for a non-finite norm); returns the grad norm."""
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(core.parameters(), grad_clip or float("inf"))
+    found_inf = guard.observe(grad_norm)
+    if not scaler.is_enabled():  # fp16: the scaler hands the optimizer its own found_inf
+        optimizer.found_inf = found_inf
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def out_of_memory(step: int, hw: Hardware, micro_batch: int) -> RuntimeError:
+    return RuntimeError(
+        f"out of GPU memory at step {step} ({memory_report(hw.device)}). Lower micro_batch "
+        f"(now {micro_batch}; accumulation keeps batch_size), model.seq_len, or the model size."
+    )

@@ -1,0 +1,140 @@
+"""When a run stops, or its stable phase ends: small policies the loop asks at fixed points.
+
+Each policy sees the run's ``Progress`` at the start, after a step or after an eval and either changes the
+anneal start (the stable phase ends there) or names a reason to stop. The eval history is the
+same on every rank (rank 0 broadcasts it), so every rank decides the same without more syncs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from lehr.engine.config import StopRule, TrainConfig
+
+log = logging.getLogger("lehr.train")
+
+
+class DivergedError(RuntimeError):
+    """Too many non-finite steps in a row; the last good checkpoint was left untouched."""
+
+
+@dataclass
+class Progress:
+    """Everything besides tensors that a resumed run must restore; saved in state.json."""
+
+    step: int = 0
+    tokens: int = 0
+    anneal_start: int | None = None  # stable phase: the decided start of the decay
+    anneal_reason: str | None = None
+    evals: list = field(default_factory=list)  # [{"step", "heldout.loss", ...}]
+    best_loss: float | None = None
+    skips_total: int = 0
+
+    def losses(self) -> list[float]:
+        return [e["heldout.loss"] for e in self.evals]
+
+
+def stalled(losses: list[float], window: int, eps: float) -> bool:
+    """True when the best of the latest ``window/2`` evals beats the best of the half before by < eps.
+
+    The held-out windows are fixed, so the curve is smooth enough for a small eps.
+    """
+    if len(losses) < window:
+        return False
+    half = window // 2
+    return min(losses[-half:]) > min(losses[-window:-half]) - eps
+
+
+class Policy:
+    def at_start(self, prog: Progress) -> None:
+        return None
+
+    def after_step(self, prog: Progress) -> str | None:
+        return None
+
+    def after_eval(self, prog: Progress) -> str | None:
+        return None
+
+
+@dataclass
+class PlannedAnneal(Policy):
+    """Without auto-anneal, the stable phase ends where the budget planned it."""
+
+    rule: StopRule
+
+    def at_start(self, prog: Progress) -> None:
+        if prog.anneal_start is None:
+            prog.anneal_start, prog.anneal_reason = self.rule.planned_step, "planned"
+
+
+@dataclass
+class AutoAnneal(Policy):
+    """End the stable phase once the held-out curve stalls, but never before ``min_step``."""
+
+    rule: StopRule
+
+    def after_eval(self, prog: Progress) -> None:
+        r = self.rule
+        if prog.anneal_start is None and prog.step >= r.min_step and stalled(prog.losses(), r.stall_window,
+                                                                             r.stall_eps):
+            prog.anneal_start, prog.anneal_reason = prog.step, "stall"
+            log.info("auto-anneal: held-out loss stalled; the anneal starts at step %d (planned %d, bounds %d..%d)",
+                     prog.step, r.planned_step, r.min_step, r.max_step)
+
+
+@dataclass
+class AnnealCap(Policy):
+    """...and at ``max_step`` at the latest, stalled or not."""
+
+    rule: StopRule
+
+    def after_step(self, prog: Progress) -> None:
+        if prog.anneal_start is None and prog.step >= self.rule.max_step:
+            prog.anneal_start, prog.anneal_reason = self.rule.max_step, "cap"
+
+
+@dataclass
+class EarlyStop(Policy):
+    """Stop when ``patience`` evals since ``from_step`` brought no new best (anneal branches)."""
+
+    patience: int
+    from_step: int
+
+    def after_eval(self, prog: Progress) -> str | None:
+        if prog.step < self.from_step:
+            return None
+        since = [e for e in prog.evals if e["step"] >= self.from_step]
+        best_at = min(range(len(since)), key=lambda i: since[i]["heldout.loss"])
+        if len(since) - 1 - best_at < self.patience:
+            return None
+        log.info("early stop: no held-out improvement in %d evals; best at step %d", self.patience,
+                 since[best_at]["step"])
+        return "early_stop"
+
+
+@dataclass
+class Divergence:
+    """Abort after ``limit`` non-finite steps in a row (read at sync points, where the host reads
+    the guard's counts anyway). fp16 overflows are routine: the scaler lowers its scale instead."""
+
+    limit: int
+    precision: str
+
+    def check(self, longest: int, step: int, checkpoints: str) -> None:
+        if longest >= self.limit and self.precision != "fp16":
+            raise DivergedError(
+                f"{longest} consecutive non-finite steps (by step {step}): the run diverged. "
+                f"The last good checkpoint in {checkpoints} is untouched; resume with a lower lr."
+            )
+
+
+def policies(cfg: TrainConfig) -> list[Policy]:
+    """The stop policies a run's config asks for, in the order the loop consults them."""
+    rule = cfg.stop_rule
+    out: list[Policy] = []
+    if rule is not None:
+        out += [AutoAnneal(rule), AnnealCap(rule)] if rule.auto else [PlannedAnneal(rule)]
+    if cfg.patience:
+        out.append(EarlyStop(cfg.patience, cfg.patience_from_step))
+    return out
