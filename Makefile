@@ -4,7 +4,7 @@ VENV ?= .venv
 # torch comes first and from this spec; GPU users pick their CUDA build, e.g.
 #   make run PROFILE=gpu TORCH_SPEC="torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
-PROFILE ?= local
+SMOKE ?= build/smoke
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lehr-installed
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -32,18 +32,20 @@ setup: $(STAMP)
 corpus: setup
 	$(BIN)/dvc repro corpus
 
-# The profile (a Kedro env) is part of every stage's command in dvc.yaml, so switching it
-# re-runs exactly the stages whose configuration differs.
+# The profile in conf/profile.yaml (a Kedro env) is part of every stage's command in dvc.yaml,
+# so changing it re-runs exactly the stages whose configuration differs.
 run: setup
-	sed -i 's/^profile: .*/profile: $(PROFILE)/' conf/profile.yaml
 	$(BIN)/dvc repro
 
 # Validate every stage's params first: `dvc exp run -S key=bad` removes outputs before a stage refuses.
 check-params: setup
 	$(BIN)/python -m lehr check $(if $(ENV),--env $(ENV),)
 
-smoke:
-	$(MAKE) run PROFILE=smoke
+# The whole pipeline on the tiny profile, in a throwaway copy of this project ($(SMOKE)): this
+# project's tracked files, dvc.lock and workspace outputs stay as they are.
+smoke: setup
+	$(BIN)/python -m lehr sandbox $(SMOKE) --profile smoke
+	cd $(SMOKE) && $(abspath $(BIN))/dvc repro
 
 test: setup
 	$(BIN)/ruff check src tests bench

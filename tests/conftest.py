@@ -45,7 +45,7 @@ def smoke_repo(tmp_path_factory, corpus_dir) -> Path:
     """
     path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
     out = sh(path, "dvc", "repro", extra_env={"LEHR_MLFLOW": "1"})
-    assert stages_run(out.stdout) == ["corpus", "tokenize", "shard", "pretrain-stable", "anneal", "evaluate"]
+    assert stages_run(out.stdout) == ["corpus", "tokenize", "shard", "pretrain_stable", "anneal", "evaluate"]
     reference = path.parent / "reference"
     (reference / "anneal").mkdir(parents=True)
     shutil.copy2(path / "data/06_models/pre_anneal/model.safetensors", reference / "pre_anneal.safetensors")

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
+from lehr import sandbox
 from tests import ROOT
-
-COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".telemetry", "conf", "src")
 
 
 def env() -> dict[str, str]:
@@ -33,22 +31,8 @@ def sh(repo: Path, *cmd: str, check: bool = True, extra_env: dict | None = None)
 
 
 def make_repo(dest: Path, corpus: Path, profile: str = "smoke") -> Path:
-    dest.mkdir(parents=True)
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local"))
-        else:
-            shutil.copy2(src, dest / name)
-    (dest / "conf" / "local").mkdir(exist_ok=True)
-    (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
-    shutil.copy2(ROOT / ".gitignore", dest / ".gitignore")
-    shutil.copytree(corpus, dest / "data" / "01_raw" / "bundled")
-    sh(dest, "git", "init", "-q")
-    sh(dest, "dvc", "init", "-q")
-    sh(dest, "git", "add", "-A")
-    sh(dest, "git", "commit", "-qm", "init")
-    return dest
+    """A sandbox of this checkout (what `make smoke` builds), with ``corpus`` as its bundled corpus."""
+    return sandbox.create(ROOT, dest, profile, corpus)
 
 
 def dir_hash(path: Path) -> str:

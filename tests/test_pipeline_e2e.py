@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from tests.e2e import dir_hash, env, make_repo, sh, stages_run
 
 pytestmark = pytest.mark.slow
-ALL = ["tokenize", "shard", "pretrain-stable", "anneal", "evaluate"]
+ALL = ["tokenize", "shard", "pretrain_stable", "anneal", "evaluate"]
 MLFLOW = {"LEHR_MLFLOW": "1"}
 
 
@@ -107,7 +107,7 @@ def test_experiment_reruns_only_anneal_and_evaluate(repo):
 def test_cosine_baseline_experiment_trains_the_same_budget(repo):
     out = sh(repo, "dvc", "exp", "run", "-n", "cosine-baseline",
              "-S", "conf/base/parameters_pretrain_stable.yml:pretrain.schedule=cosine")
-    assert stages_run(out.stdout) == ["pretrain-stable", "anneal", "evaluate"]
+    assert stages_run(out.stdout) == ["pretrain_stable", "anneal", "evaluate"]
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     anneal = json.loads((repo / "data/08_reporting/anneal_metrics.json").read_text())
     assert metrics["anneal"]["branch"].startswith("cosine-") and anneal["step"] == 60  # smoke total_steps
@@ -172,7 +172,7 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, repo, corpus_
     for stage in ("tokenize", "shard"):
         sh(other, "dvc", "repro", stage)
     runs = other / "data/06_models/stable_run"
-    proc = subprocess.Popen(["dvc", "repro", "pretrain-stable"], cwd=other, env={**env(), **MLFLOW},
+    proc = subprocess.Popen(["dvc", "repro", "pretrain_stable"], cwd=other, env={**env(), **MLFLOW},
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not list(runs.glob("*/checkpoints/latest")):
@@ -180,7 +180,7 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, repo, corpus_
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list(runs.glob("*/checkpoints/latest")), "the stage never wrote a checkpoint"
-    out = sh(other, "dvc", "repro", "pretrain-stable", extra_env=MLFLOW)
+    out = sh(other, "dvc", "repro", "pretrain_stable", extra_env=MLFLOW)
     assert "resumed from checkpoint" in out.stderr
     a = load_file(repo.parent / "reference" / "pre_anneal.safetensors")
     b = load_file(other / "data/06_models/pre_anneal/model.safetensors")

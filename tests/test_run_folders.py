@@ -24,8 +24,17 @@ def run_folder(models: Path, sub: str, name: str, steps: list[int], end: str | N
     return run
 
 
-def layout(tmp_path: Path) -> dict[str, Path]:
+def layout(tmp_path: Path, monkeypatch) -> dict[str, Path]:
+    """Run folders in a project whose catalog puts the models under ``06_models`` (the commands
+    read every path from the catalog of the project they run in)."""
     models = tmp_path / "06_models"
+    (tmp_path / "conf" / "base").mkdir(parents=True)
+    (tmp_path / "conf" / "local").mkdir()
+    (tmp_path / "conf" / "base" / "catalog.yml").write_text("".join(
+        f"{name}:\n  type: lehr.datasets.RunDirDataset\n  path: 06_models/{folder}\n"
+        for name, folder in [("stable_run", "stable_run"), ("pre_anneal", "pre_anneal"),
+                             ("anneal_runs", "anneal_runs"), ("anneal_branches", "anneal")]))
+    monkeypatch.chdir(tmp_path)
     runs = {
         "current": run_folder(models, "stable_run", "auto-current", [300, 400], "pre_anneal"),
         "old": run_folder(models, "stable_run", "auto-old", [200], "pre_anneal"),
@@ -38,42 +47,40 @@ def layout(tmp_path: Path) -> dict[str, Path]:
     return runs
 
 
-def test_runs_lists_state_use_and_size(tmp_path, capsys):
-    layout(tmp_path)
-    assert main(["runs", "--models", str(tmp_path / "06_models")]) == 0
+def test_runs_lists_state_use_and_size(tmp_path, capsys, monkeypatch):
+    layout(tmp_path, monkeypatch)
+    assert main(["runs"]) == 0
     rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["auto-current"][2:5] == ["400", "finished", "yes"]
     assert rows["auto-killed"][2:5] == ["100", "stopped", "no"]
     assert rows["linear-b-0"][0] == "anneal" and rows["linear-b-0"][4] == "no"
 
 
-def test_prune_says_first_then_removes_only_finished_folders_not_in_use(tmp_path, capsys):
-    runs = layout(tmp_path)
-    models = str(tmp_path / "06_models")
-    assert main(["prune", "--models", models]) == 0
+def test_prune_says_first_then_removes_only_finished_folders_not_in_use(tmp_path, capsys, monkeypatch):
+    runs = layout(tmp_path, monkeypatch)
+    assert main(["prune"]) == 0
     assert "would remove" in capsys.readouterr().out and all(p.is_dir() for p in runs.values())
-    assert main(["prune", "--models", models, "--yes"]) == 0
+    assert main(["prune", "--yes"]) == 0
     assert sorted(name for name, p in runs.items() if not p.exists()) == ["old", "old_branch"]
-    assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
+    assert main(["prune", "--unfinished", "--yes"]) == 0
     assert sorted(name for name, p in runs.items() if p.exists()) == ["branch", "current"]
     assert not list((tmp_path / "06_models").rglob(".*.pruning"))
 
 
-def test_prune_never_touches_a_folder_a_live_run_holds(tmp_path, capsys):
+def test_prune_never_touches_a_folder_a_live_run_holds(tmp_path, capsys, monkeypatch):
     import subprocess
     import sys
 
-    runs = layout(tmp_path)
+    runs = layout(tmp_path, monkeypatch)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from lehr.files import locks\n"
          "with locks.hold(sys.argv[1], 'training run'):\n    print('held', flush=True); time.sleep(120)",
          str(runs["killed"])], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        models = str(tmp_path / "06_models")
-        assert main(["runs", "--models", models]) == 0
+        assert main(["runs"]) == 0
         assert "running      no" in capsys.readouterr().out
-        assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
+        assert main(["prune", "--unfinished", "--yes"]) == 0
         out = capsys.readouterr().out
         assert f"keeping {runs['killed']}: a run is writing it (pid {holder.pid}" in out
         assert runs["killed"].is_dir() and not runs["old"].exists()
@@ -81,5 +88,5 @@ def test_prune_never_touches_a_folder_a_live_run_holds(tmp_path, capsys):
         holder.kill()
         holder.wait()
     # The kernel released the lock with the process: the folder is an ordinary stopped run again.
-    assert main(["prune", "--models", models, "--unfinished", "--yes"]) == 0
+    assert main(["prune", "--unfinished", "--yes"]) == 0
     assert not runs["killed"].exists()

@@ -34,8 +34,8 @@ def test_every_stage_runs_its_kedro_pipeline(pipelines):
     assert DVC["stages"]["corpus"]["cmd"] == f"lehr corpus --out {DVC['stages']['corpus']['outs'][0]}"
     assert GLOBALS["corpus"] in DVC["stages"]["tokenize"]["deps"] and GLOBALS["corpus"] == PATHS["corpus"]
     for stage, spec in KEDRO_STAGES.items():
-        assert spec["cmd"].startswith(f"kedro run --pipelines {stage.replace('-', '_')} ")
-        assert stage.replace("-", "_") in pipelines
+        assert spec["cmd"].startswith(f"kedro run --pipelines {stage} ")  # one spelling: stage = pipeline
+        assert stage in pipelines
 
 
 def test_outs_and_data_deps_are_catalog_paths():
@@ -53,7 +53,7 @@ def test_every_catalog_output_is_a_dvc_out(pipelines):
     declared = {p for spec in DVC["stages"].values() for key in ("outs", "metrics", "plots")
                 for p, _ in _entries(spec.get(key))}
     for stage in KEDRO_STAGES:
-        for output in pipelines[stage.replace("-", "_")].outputs():
+        for output in pipelines[stage].outputs():
             if output in PATHS:
                 assert PATHS[output] in declared, f"{output} ({PATHS[output]}) is written but not a DVC out"
 
@@ -61,7 +61,7 @@ def test_every_catalog_output_is_a_dvc_out(pipelines):
 def test_stage_inputs_are_its_deps(pipelines):
     for stage, spec in KEDRO_STAGES.items():
         deps = set(spec.get("deps", []))
-        for name in pipelines[stage.replace("-", "_")].inputs():
+        for name in pipelines[stage].inputs():
             if name in PATHS and not CATALOG[name]["type"].endswith("RunDirDataset"):
                 assert PATHS[name] in deps, f"{stage} reads {name} ({PATHS[name]}) but does not depend on it"
 
@@ -121,7 +121,7 @@ def test_every_module_a_stage_runs_is_one_of_its_deps():
     """A change to any code a stage runs must re-run it: the import closure of the stage's pipeline
     package and of the datasets it reads and writes lies inside its `dvc.yaml` deps."""
     for stage, spec in DVC["stages"].items():
-        package = ROOT / "src/lehr/pipelines" / stage.replace("-", "_")
+        package = ROOT / "src/lehr/pipelines" / stage
         todo = {str(p.relative_to(ROOT)) for p in package.glob("*.py")} | {"src/lehr/datasets/__init__.py"}
         if stage == "corpus":
             todo = {"src/lehr/data/bundled_corpus.py"}

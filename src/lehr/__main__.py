@@ -1,12 +1,13 @@
 """``python -m lehr``: small commands around the pipeline (Kedro runs the stages themselves).
 
-    python -m lehr corpus [--out DIR]       lay out the bundled corpus in the raw layer
-    python -m lehr branches [--root DIR]    list the anneal branches side by side
+    python -m lehr corpus --out DIR         lay out the bundled corpus in a new folder
+    python -m lehr branches [--root DIR]    list the anneal branches side by side (default: the catalog's)
     python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
     python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
     python -m lehr runs                     the rolling run folders: step, state, use, size
     python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
     python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
+    python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-import yaml
 
 from lehr.data.corpus import CorpusError
 
@@ -49,7 +48,7 @@ def _last_eval(state: dict) -> dict:
 
 
 def _branches(args: argparse.Namespace) -> int:
-    root = Path(args.root)
+    root = Path(args.root) if args.root else _catalog(args)["anneal_branches"]
     rows = [p for p in sorted(root.glob("*")) if (p / "final" / "state.json").is_file()] if root.is_dir() else []
     if not rows:
         print(f"no anneal branches in {root}; make one with `kedro run --pipeline anneal --params anneal.branch=NAME`")
@@ -102,12 +101,14 @@ def _check(args: argparse.Namespace) -> int:
     checking first (`make check-params`) keeps them."""
     from kedro.config import OmegaConfigLoader
 
+    from lehr import conf_visibility
     from lehr.params import check_all
+    from lehr.project import profile_in_force
 
-    env = args.env or yaml.safe_load(Path("conf/profile.yaml").read_text())["profile"]
+    env = args.env or profile_in_force(Path.cwd())
     loader = OmegaConfigLoader(conf_source="conf", base_env="base", default_run_env=env,
                                merge_strategy={"parameters": "soft"})
-    problems = check_all(loader["parameters"])
+    problems = check_all(loader["parameters"]) + conf_visibility.untracked(Path.cwd(), env)
     for p in problems:
         print(f"lehr: {p}", file=sys.stderr)
     if not problems:
@@ -115,12 +116,34 @@ def _check(args: argparse.Namespace) -> int:
     return 2 if problems else 0
 
 
+def _sandbox(args: argparse.Namespace) -> int:
+    from lehr.sandbox import create
+
+    dest = create(Path.cwd(), Path(args.dest), args.profile)
+    print(f"sandbox on the {args.profile} profile in {dest}: `cd {dest} && dvc repro` runs it")
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> dict[str, Path]:
+    from lehr.project import catalog_paths
+
+    return catalog_paths(Path.cwd(), getattr(args, "env", None))
+
+
+def _layout(args: argparse.Namespace):
+    from lehr.files.run_folders import Layout
+
+    paths = _catalog(args)
+    return Layout(paths["stable_run"], paths["pre_anneal"], paths["anneal_runs"], paths["anneal_branches"])
+
+
 def _runs(args: argparse.Namespace) -> int:
     from lehr.files.run_folders import scan
 
-    folders = scan(Path(args.models))
+    layout = _layout(args)
+    folders = scan(layout)
     if not folders:
-        print(f"no rolling run folders under {args.models}")
+        print(f"no rolling run folders in {layout.stable_run} or {layout.anneal_runs}")
         return 0
     print(f"{'kind':7s} {'folder':36s} {'step':>6s} {'state':12s} {'in use':6s} {'MB':>9s}")
     for f in folders:
@@ -134,7 +157,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from lehr.files.run_folders import prunable, remove, scan
 
-    folders = scan(Path(args.models))
+    folders = scan(_layout(args))
     for f in folders:
         if f.live:
             print(f"keeping {f.path}: a run is writing it ({f.live})")
@@ -156,10 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lehr")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("corpus", help="lay out the bundled corpus in the raw layer")
-    p.add_argument("--out", default="data/01_raw/bundled")
+    p.add_argument("--out", required=True, help="a folder that does not exist yet (dvc.yaml's corpus stage names it)")
     p.set_defaults(func=_corpus)
     p = sub.add_parser("branches", help="list the anneal branches")
-    p.add_argument("--root", default="data/06_models/anneal")
+    p.add_argument("--root", help="default: the catalog's anneal_branches")
     p.set_defaults(func=_branches)
     p = sub.add_parser("info", help="provenance, progress and metrics of a checkpoint")
     p.add_argument("checkpoint")
@@ -175,18 +198,22 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="validate every stage's params under a profile without running anything")
     p.add_argument("--env", help="the Kedro environment (profile); default: the one in conf/profile.yaml")
     p.set_defaults(func=_check)
+    p = sub.add_parser("sandbox", help="a throwaway copy of this project on a profile, as its own git + DVC repo")
+    p.add_argument("dest")
+    p.add_argument("--profile", default="smoke")
+    p.set_defaults(func=_sandbox)
     p = sub.add_parser("runs", help="list the rolling run folders (resume points of each configuration)")
-    p.add_argument("--models", default="data/06_models")
+    p.add_argument("--env", help="the profile whose catalog gives the folders; default: the one in force")
     p.set_defaults(func=_runs)
     p = sub.add_parser("prune", help="remove rolling run folders that nothing in the workspace came from")
-    p.add_argument("--models", default="data/06_models")
+    p.add_argument("--env", help="the profile whose catalog gives the folders; default: the one in force")
     p.add_argument("--unfinished", action="store_true", help="also runs that stopped part way (their progress is lost)")
     p.add_argument("--yes", action="store_true", help="remove them; without it, only say what would go")
     p.set_defaults(func=_prune)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (CorpusError, ValueError, FileNotFoundError) as e:
+    except (CorpusError, ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"lehr: error: {e}", file=sys.stderr)
         return 2
 

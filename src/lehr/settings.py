@@ -1,15 +1,21 @@
 """Kedro project settings."""
 
+from pathlib import Path
+
 from kedro.config import OmegaConfigLoader
 
+from lehr.conf_visibility import RefuseUntrackedParams
+from lehr.project import profile_in_force
 from lehr.tracking.hooks import MlflowTracking
 
-HOOKS = (MlflowTracking(),)
+HOOKS = (RefuseUntrackedParams(), MlflowTracking())
+
+
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
-    "default_run_env": "local",
+    "default_run_env": profile_in_force(Path.cwd()),  # Kedro runs in the project root
     # `--params tokenize.vocab_size=512` overrides one key and keeps its siblings.
     "merge_strategy": {"parameters": "soft"},
     "config_patterns": {"mlflow": ["mlflow*", "mlflow*/**"]},

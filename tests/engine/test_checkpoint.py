@@ -167,7 +167,7 @@ def test_every_torch_load_in_the_source_is_weights_only():
 
 
 def test_missing_initial_checkpoint_says_what_to_run(tiny_config, tmp_path):
-    with pytest.raises(CheckpointError, match="initial checkpoint .* does not exist: run the pretrain-stable stage"):
+    with pytest.raises(CheckpointError, match="initial checkpoint .* does not exist: run the pretrain_stable stage"):
         train(tiny_config(init_from=str(tmp_path / "pre_anneal")))
 
 

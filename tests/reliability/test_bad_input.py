@@ -17,7 +17,7 @@ GUARDED = ("data/02_intermediate", "data/03_primary", "data/04_feature", "data/0
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, corpus_dir):
     path = make_repo(tmp_path_factory.mktemp("bad") / "repo", corpus_dir)
-    for stage in ("tokenize", "shard", "pretrain-stable", "anneal"):
+    for stage in ("tokenize", "shard", "pretrain_stable", "anneal"):
         sh(path, "dvc", "repro", stage)
     return path
 
@@ -139,5 +139,5 @@ def test_anneal_without_pre_anneal(repo, tmp_path):
     finally:
         shutil.move(tmp_path / "pre_anneal", pre)
     assert out.returncode != 0
-    assert "pre_anneal does not exist: run pretrain-stable first" in out.stderr
+    assert "pre_anneal does not exist: run pretrain_stable first" in out.stderr
     assert snapshot(repo) == before

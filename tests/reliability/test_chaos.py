@@ -89,9 +89,9 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, smoke_repo, cor
     repo = make_repo(tmp_path / "repo", corpus_dir)
     for stage in ("tokenize", "shard"):
         sh(repo, "dvc", "repro", stage)
-    landed = kill_repeatedly(repo, "pretrain-stable", repo / "data/06_models/stable_run", seed=1)
-    out = sh(repo, "dvc", "repro", "pretrain-stable")
-    print(f"\npretrain-stable: {landed}/{KILLS} kills landed mid-run; final repro: "
+    landed = kill_repeatedly(repo, "pretrain_stable", repo / "data/06_models/stable_run", seed=1)
+    out = sh(repo, "dvc", "repro", "pretrain_stable")
+    print(f"\npretrain_stable: {landed}/{KILLS} kills landed mid-run; final repro: "
           f"{'resumed' if 'resumed from checkpoint' in out.stderr else 'ran'}")
     assert landed >= KILLS - 1
     assert not list((repo / "data/06_models/stable_run").rglob(".tmp-*")), "a killed write's leftovers remain"

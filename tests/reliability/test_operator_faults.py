@@ -100,7 +100,7 @@ def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo):
         shutil.rmtree(done)
     proc = start(repo, *STABLE)
     wait_for(lambda: live_folder(runs) is not None, proc)
-    out = sh(repo, "dvc", "repro", "pretrain-stable", check=False)
+    out = sh(repo, "dvc", "repro", "pretrain_stable", check=False)
     assert out.returncode != 0
     assert "is in use by another run" in out.stderr + out.stdout
     assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]

@@ -200,8 +200,8 @@ def resolve_start(rolling: Rolling, init_from: str | None) -> tuple[str, Path | 
         path = Path(init_from)
         if not (path / STATE).is_file():
             raise CheckpointError(
-                f"initial checkpoint {path} does not exist: run the pretrain-stable stage first "
-                f"(`dvc repro pretrain-stable` or `kedro run --pipeline pretrain_stable`)"
+                f"initial checkpoint {path} does not exist: run the pretrain_stable stage first "
+                f"(`dvc repro pretrain_stable` or `kedro run --pipeline pretrain_stable`)"
             )
         return "branch", path, verify(path)
     return "fresh", None, None

@@ -97,7 +97,7 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
     if differ:
         raise checkpoint.CheckpointError(
             f"refusing to branch from {path}: it was made with another {', '.join(differ)}. Re-run the "
-            f"pretrain-stable stage with the current tokenizer and model config."
+            f"pretrain_stable stage with the current tokenizer and model config."
         )
 
 

@@ -1,4 +1,4 @@
-"""The rolling run folders under ``data/06_models/{stable_run,anneal_runs}``: what each holds, and
+"""The rolling run folders (the catalog's ``stable_run`` and ``anneal_runs``): what each holds, and
 which can go.
 
 They are DVC outputs with ``persist: true, cache: false``: an interrupted stage resumes from them,
@@ -16,7 +16,18 @@ from pathlib import Path
 
 from lehr.files import locks
 
-KINDS = (("stable", "stable_run", "pre_anneal"), ("anneal", "anneal_runs", "final"))  # kind, folder, end marker
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the runs and what came from them live (the catalog's paths)."""
+
+    stable_run: Path  # one folder per stable-phase configuration
+    pre_anneal: Path
+    anneal_runs: Path  # one folder per anneal branch and branch point
+    anneal_branches: Path  # <branch>/final, ...
+
+    def kinds(self) -> tuple:
+        return (("stable", self.stable_run, "pre_anneal"), ("anneal", self.anneal_runs, "final"))  # kind, root, end
 
 
 @dataclass(frozen=True)
@@ -35,11 +46,10 @@ def _origin(checkpoint: Path) -> Path | None:
     return Path(json.loads(state.read_text())["config"]["out_dir"]).resolve() if state.is_file() else None
 
 
-def scan(models: Path) -> list[RunFolder]:
-    used = {_origin(models / "pre_anneal")} | {_origin(p / "final") for p in (models / "anneal").glob("*")}
+def scan(layout: Layout) -> list[RunFolder]:
+    used = {_origin(layout.pre_anneal)} | {_origin(p / "final") for p in layout.anneal_branches.glob("*")}
     found = []
-    for kind, sub, end in KINDS:
-        root = models / sub
+    for kind, root, end in layout.kinds():
         for path in sorted(root.iterdir()) if root.is_dir() else []:
             if not path.is_dir() or path.name.startswith("."):
                 continue

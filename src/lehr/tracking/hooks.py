@@ -20,8 +20,6 @@ from kedro.framework.hooks import hook_impl
 from lehr.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
-REPORTS = Path("data/08_reporting")
-
 
 def flatten(d, prefix: str = "") -> dict[str, str]:
     """``{"pretrain": PretrainParams(model=...)}`` -> ``{"pretrain.model.preset": "tiny", ...}``."""
@@ -77,7 +75,7 @@ class MlflowTracking:
         try:
             reason = unreachable(uri)
             if reason is None:
-                self._start(uri, run_params)
+                self._start(uri, run_params, catalog)
                 return
         except Exception as e:
             reason = str(e).splitlines()[0][:300]
@@ -88,7 +86,7 @@ class MlflowTracking:
                     "`enabled: false` in conf/base/mlflow.yml.", uri, reason)
         self._end_quietly("FAILED")
 
-    def _start(self, uri: str, run_params: dict) -> None:
+    def _start(self, uri: str, run_params: dict, catalog) -> None:
         tracking.quick_failures()
         import mlflow
 
@@ -104,12 +102,12 @@ class MlflowTracking:
         git = provenance.git_info()
         group = exp_name or invocation()
         self._run = mlflow.start_run(run_name=f"{stage} ({group})")
-        manifest = Path("data/04_feature/shards/manifest.json")
+        shards, tokenizer = _path_of(catalog, "shards"), _path_of(catalog, "tokenizer")
         tags = {
             "lehr.stage": stage, "lehr.group": group, "lehr.kedro_env": self._env, "dvc.exp_name": exp_name,
             "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""), **{k: str(v) for k, v in git.items()},
-            "data.manifest_sha256": _file_sha256(manifest),
-            "data.tokenizer_sha256": _file_sha256(Path("data/02_intermediate/tokenizer.json")),
+            "data.manifest_sha256": _file_sha256(shards / "manifest.json") if shards else "",
+            "data.tokenizer_sha256": _file_sha256(tokenizer) if tokenizer else "",
         }
         import torch
 

@@ -1,4 +1,4 @@
-"""pretrain-stable: warmup + stable LR until the anneal start, then hand on ``pre_anneal``."""
+"""pretrain_stable: warmup + stable LR until the anneal start, then hand on ``pre_anneal``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lehr.tracking import provenance
 
 
 def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[Path, dict]:
-    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain-stable", shards))
+    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain_stable", shards))
     summary = run_engine(cfg, params)
     return Path(summary["pre_anneal"]), summary
 

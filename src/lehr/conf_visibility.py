@@ -1,0 +1,65 @@
+"""Every parameter a stage reads must be one DVC tracks, or DVC could call the stage up to date
+under a configuration it never ran (an override in ``conf/local`` was once invisible that way).
+
+Kedro loads every file named ``parameters*`` in ``conf/base`` and in the run's environment; this
+module finds those that set a stage's section where no stage in ``dvc.yaml`` tracks it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from kedro.framework.hooks import hook_impl
+
+
+def tracked_params(dvc_yaml: Path) -> dict[str, set[str]]:
+    """params file -> the top-level keys some stage tracks (``*``: the whole file)."""
+    out: dict[str, set[str]] = {}
+    for spec in yaml.safe_load(dvc_yaml.read_text())["stages"].values():
+        for entry in spec.get("params", []):
+            items = entry.items() if isinstance(entry, dict) else [(entry, None)]
+            for path, keys in items:
+                out.setdefault(path, set()).update({k.split(".")[0] for k in keys} if keys else {"*"})
+    return out
+
+
+def untracked(project: Path, env: str) -> list[str]:
+    """One line per parameters file Kedro would read under ``env`` with keys DVC does not track."""
+    tracked = tracked_params(project / "dvc.yaml")
+    # Sections no stage reads (soup: a pipeline outside dvc.yaml) are Kedro's alone.
+    staged = set().union(*tracked.values()) - {"*"}
+    problems = []
+    for folder in dict.fromkeys(("base", env)):
+        root = project / "conf" / folder
+        for f in sorted(root.rglob("*")) if root.is_dir() else []:
+            rel = f.relative_to(root)
+            if not (f.is_file() and f.suffix in (".yml", ".yaml") and any(p.startswith("parameters") for p in rel.parts)):
+                continue
+            path = f"conf/{folder}/{rel}"
+            keys = set(yaml.safe_load(f.read_text()) or {})
+            known = tracked.get(path, set())
+            loose = sorted((keys & staged) - known) if "*" not in known else []
+            if loose:
+                where = (f"put them under their section in conf/{folder}/parameters_<stage>.yml" if path not in tracked
+                         else f"{path} may hold only {', '.join(sorted(known))}")
+                problems.append(f"{path} sets {', '.join(loose)}, which no stage in dvc.yaml tracks as params, so DVC "
+                                f"would not re-run a stage for it: {where}")
+    return problems
+
+
+class RefuseUntrackedParams:
+    """Kedro hook: a pipeline run stops, before any node, when it would read untracked params."""
+
+    def __init__(self):
+        self._project, self._env = Path.cwd(), "local"
+
+    @hook_impl
+    def after_context_created(self, context) -> None:
+        self._project, self._env = Path(context.project_path), context.env
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:
+        problems = untracked(self._project, self._env)
+        if problems:
+            raise ValueError("refusing to run: " + "; ".join(problems))

@@ -1,0 +1,55 @@
+"""A throwaway copy of this project, as its own git + DVC repo, on a profile of its own.
+
+``make smoke`` runs the whole pipeline in one (``build/smoke``), so trying lehr on the tiny
+profile never changes this project's tracked files, its ``dvc.lock`` or the default run's
+outputs in its workspace. The end-to-end tests build theirs the same way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MARKER = ".lehr-sandbox"
+COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".gitignore", ".telemetry", "conf", "src", "notebooks")
+
+
+def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) -> Path:
+    """Copy the project's code and configuration (not its data, runs or local overrides) to
+    ``dest``, choose ``profile`` there, and commit it as the sandbox's first commit. With
+    ``corpus``, that folder stands in for the bundled corpus (the ``corpus`` stage then leaves it)."""
+    if dest.exists():
+        if not (dest / MARKER).is_file():
+            raise FileExistsError(f"{dest} exists and is not a lehr sandbox: lehr leaves it as it is; "
+                                  f"choose another folder")
+        shutil.rmtree(dest)  # an earlier sandbox, which lehr made
+    if not (project / "conf" / profile).is_dir() and profile != "local":
+        raise ValueError(f"no profile {profile!r}: the profiles are the folders of {project / 'conf'}")
+    dest.mkdir(parents=True)
+    for name in COPIED:
+        src = project / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local",
+                                                                           ".ipynb_checkpoints"))
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    shutil.copytree(project / "conf" / "local", dest / "conf" / "local", ignore=lambda d, names: [
+        n for n in names if not _tracked(project, Path(d) / n)])
+    (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
+    (dest / MARKER).write_text(f"a lehr sandbox of {project.resolve()}; `make smoke` replaces it\n")
+    if corpus is not None:
+        shutil.copytree(corpus, dest / "data" / "01_raw" / "bundled")
+    # A throwaway repo commits under its own name: a fresh machine may have no git identity.
+    who = ["-c", "user.name=lehr sandbox", "-c", "user.email=sandbox@lehr.invalid"]
+    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
+                ["git", *who, "commit", "-qm", f"lehr sandbox on the {profile} profile"]):
+        subprocess.run(cmd, cwd=dest, check=True)
+    return dest
+
+
+def _tracked(project: Path, path: Path) -> bool:
+    """Only what git tracks in conf/local goes along (a user's own overrides stay with the project)."""
+    out = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=project, capture_output=True)
+    return out.returncode == 0 or path.is_dir()
