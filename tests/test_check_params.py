@@ -13,8 +13,8 @@ from tests import ROOT
 
 @pytest.fixture
 def conf(tmp_path, monkeypatch):
-    shutil.copytree(ROOT / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
-    (tmp_path / "conf" / "local").mkdir()
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
     monkeypatch.chdir(tmp_path)
     return tmp_path / "conf"
 

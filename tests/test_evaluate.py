@@ -1,12 +1,14 @@
-"""evaluate's metrics.json: keys are paths, so branch and source names may hold dots."""
+"""evaluate's metrics.json: metrics are nested by name, so branch and source names may hold dots;
+they are flattened only at the edges (JSON lines, MLflow)."""
 
 from __future__ import annotations
 
-from lehr.pipelines.evaluate.nodes import _nest
+from lehr.engine.metrics import flatten
 
 
-def test_metric_paths_keep_dots_in_source_names():
-    assert _nest({"news.v2.bpb": 1.0, "heldout.loss": 2.0}) == {"news.v2": {"bpb": 1.0}, "heldout": {"loss": 2.0}}
+def test_metrics_are_flattened_only_at_the_edge_and_keep_dots_in_names():
+    nested = {"step": 40, "news.v2": {"bpb": 1.0}, "heldout": {"loss": 2.0}}
+    assert flatten(nested) == {"step": 40, "news.v2.bpb": 1.0, "heldout.loss": 2.0}
 
 
 def _branch(root, step: int, end: int, best: bool):

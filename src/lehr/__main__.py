@@ -57,7 +57,7 @@ def _branches(args: argparse.Namespace) -> int:
     for p in rows:
         state = _state(p / "final")
         ev, prog = _last_eval(state), state["progress"]
-        print(f"{p.name:28s} {prog['step']:6d} {prog['tokens']:11,d} {ev.get('heldout.bpb', float('nan')):12.4f} "
+        print(f"{p.name:28s} {prog['step']:6d} {prog['tokens']:11,d} {ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
               f"{prog.get('best_loss') or float('nan'):10.4f}")
     return 0
 
@@ -75,7 +75,7 @@ def _info(args: argparse.Namespace) -> int:
         "device": state["device"], "torch": state["torch"], "cuda": state["cuda"],
         "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
     }
-    lines.update({f"held-out {k}": f"{v:.4f}" for k, v in ev.items() if k.startswith("heldout.")})
+    lines.update({f"held-out heldout.{k}": f"{v:.4f}" for k, v in ev.get("heldout", {}).items()})
     lines.update({f"input {path}": digest for path, digest in prov.get("inputs", {}).items()})
     width = max(map(len, lines))
     for key, value in lines.items():

@@ -16,6 +16,8 @@ from kedro.framework.hooks import hook_impl
 def tracked_params(dvc_yaml: Path) -> dict[str, set[str]]:
     """params file -> the top-level keys some stage tracks (``*``: the whole file)."""
     out: dict[str, set[str]] = {}
+    if not dvc_yaml.is_file():  # a Kedro project without DVC: nothing to keep in step with
+        return out
     for spec in yaml.safe_load(dvc_yaml.read_text())["stages"].values():
         for entry in spec.get("params", []):
             items = entry.items() if isinstance(entry, dict) else [(entry, None)]

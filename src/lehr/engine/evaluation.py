@@ -32,7 +32,7 @@ class HeldOut:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int) -> dict[str, float]:
+def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int) -> dict[str, dict[str, float]]:
     """Mean loss (nats/token), perplexity and bits-per-byte per source and over all of them.
 
     Bits-per-byte divides by the UTF-8 bytes the tokens stand for, so models with different
@@ -40,7 +40,7 @@ def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: i
     """
     was_training = model.training
     model.eval()
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     nats_total, bytes_total, tokens_total = 0.0, 0.0, 0
     for name, windows in held.windows.items():
         nats_t = torch.zeros((), device=hw.device, dtype=torch.float64)  # one host read per source
@@ -52,15 +52,12 @@ def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: i
         nats = nats_t.item()
         n_tokens = windows[:, 1:].size
         loss = nats / n_tokens
-        out[f"{name}.loss"] = loss
-        out[f"{name}.ppl"] = math.exp(min(loss, 50))
-        out[f"{name}.bpb"] = loss / LN2 / held.bytes_per_token[name]
+        out[name] = {"loss": loss, "ppl": math.exp(min(loss, 50)), "bpb": loss / LN2 / held.bytes_per_token[name]}
         nats_total += nats
         bytes_total += n_tokens * held.bytes_per_token[name]
         tokens_total += n_tokens
-    out["heldout.loss"] = nats_total / tokens_total
-    out["heldout.ppl"] = math.exp(min(out["heldout.loss"], 50))
-    out["heldout.bpb"] = nats_total / LN2 / bytes_total
+    loss = nats_total / tokens_total
+    out["heldout"] = {"loss": loss, "ppl": math.exp(min(loss, 50)), "bpb": nats_total / LN2 / bytes_total}
     model.train(was_training)
     return out
 
@@ -85,7 +82,7 @@ def load_model(path, device: torch.device) -> torch.nn.Module:
     return model.to(device).eval()
 
 
-def unigram_bpb(train_sources: list[Source], held: HeldOut, vocab_size: int) -> dict[str, float]:
+def unigram_bpb(train_sources: list[Source], held: HeldOut, vocab_size: int) -> dict[str, dict[str, float]]:
     """Bits-per-byte of an add-one-smoothed unigram model of the training tokens: the floor any
     language model must beat by a wide margin."""
     counts = np.ones(vocab_size, dtype=np.float64)
@@ -97,8 +94,8 @@ def unigram_bpb(train_sources: list[Source], held: HeldOut, vocab_size: int) -> 
     for name, windows in held.windows.items():
         targets = windows[:, 1:]
         nats = float(nll[targets].sum())
-        out[f"{name}.bpb"] = nats / targets.size / LN2 / held.bytes_per_token[name]
+        out[name] = {"bpb": nats / targets.size / LN2 / held.bytes_per_token[name]}
         nats_total += nats
         bytes_total += targets.size * held.bytes_per_token[name]
-    out["heldout.bpb"] = nats_total / LN2 / bytes_total
+    out["heldout"] = {"bpb": nats_total / LN2 / bytes_total}
     return out

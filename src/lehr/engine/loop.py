@@ -191,11 +191,11 @@ class Run:
                                             self.hw.device)
             self.log.record(rec)
             self.log.info("eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f | sample %r", prog.step,
-                          rec["heldout.loss"], rec["heldout.bpb"], rec["heldout.ppl"], rec.get("sample", "")[:80])
+                          rec["heldout"]["loss"], rec["heldout"]["bpb"], rec["heldout"]["ppl"], rec.get("sample", "")[:80])
         rec = distributed.broadcast_object(rec, self.d)
         prog.evals.append({k: v for k, v in rec.items() if k != "sample"})
-        if prog.best_loss is None or rec["heldout.loss"] < prog.best_loss:
-            prog.best_loss = rec["heldout.loss"]
+        if prog.best_loss is None or rec["heldout"]["loss"] < prog.best_loss:
+            prog.best_loss = rec["heldout"]["loss"]
             if cfg.stop_rule is None:  # anneal runs keep their best weights; the stable phase hands on pre_anneal
                 self.save(self.out_dir / "best")
 

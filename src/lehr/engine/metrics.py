@@ -27,6 +27,18 @@ def load_callbacks(specs: list[str]) -> list[Callback]:
     return out
 
 
+def flatten(record: dict, prefix: str = "") -> dict:
+    """``{"heldout": {"loss": 4.1}}`` -> ``{"heldout.loss": 4.1}``: records are nested in the engine
+    and flat at its edges (JSON lines, callbacks), where tables and trackers want one key per value."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 class RunLog:
     def __init__(self, out_dir: Path, enabled: bool, start: int, end: int | None, callbacks: list[Callback]):
         self.path = out_dir / "metrics.jsonl"
@@ -55,6 +67,7 @@ class RunLog:
     def record(self, rec: dict) -> None:
         if not self.enabled:
             return
+        rec = flatten(rec)
         with open(self.path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         for cb in self.callbacks:

@@ -27,12 +27,12 @@ class Progress:
     tokens: int = 0
     anneal_start: int | None = None  # stable phase: the decided start of the decay
     anneal_reason: str | None = None
-    evals: list = field(default_factory=list)  # [{"step", "heldout.loss", ...}]
+    evals: list = field(default_factory=list)  # [{"step": 40, "heldout": {"loss": ...}, <source>: {...}}]
     best_loss: float | None = None
     skips_total: int = 0
 
     def losses(self) -> list[float]:
-        return [e["heldout.loss"] for e in self.evals]
+        return [e["heldout"]["loss"] for e in self.evals]
 
 
 def stalled(losses: list[float], window: int, eps: float) -> bool:
@@ -105,7 +105,7 @@ class EarlyStop(Policy):
         if prog.step < self.from_step:
             return None
         since = [e for e in prog.evals if e["step"] >= self.from_step]
-        best_at = min(range(len(since)), key=lambda i: since[i]["heldout.loss"])
+        best_at = min(range(len(since)), key=lambda i: since[i]["heldout"]["loss"])
         if len(since) - 1 - best_at < self.patience:
             return None
         log.info("early stop: no held-out improvement in %d evals; best at step %d", self.patience,

@@ -25,5 +25,5 @@ def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:
     metrics = {"branch": summary["branch"], "step": summary["step"], "tokens": summary["tokens"],
                "stopped": summary["stopped"] or "end", "skipped_steps": summary["skips_total"],
                "best_heldout_loss": summary["best_loss"], "tiers": summary["tiers"],
-               **{k: v for k, v in heldout.items() if "." in k}}
+               **{source: m for source, m in heldout.items() if isinstance(m, dict)}}
     return metrics, read_curve(Path(summary["out_dir"]))

@@ -21,14 +21,6 @@ from lehr.params import AnnealParams, EvaluateParams, PretrainParams
 from lehr.run_config import branch_name
 
 
-def _nest(flat: dict[str, float]) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        source, metric = key.rsplit(".", 1)  # a source may hold dots; a metric name does not
-        out.setdefault(source, {})[metric] = value
-    return out
-
-
 def scored_weights(branch: Path) -> tuple[str, Path]:
     """What a branch ships: ``best`` if it stopped early (its final step is short of its planned
     end) and kept a best, else ``final``."""
@@ -63,8 +55,8 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
     shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
     held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
     tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
-    metrics: dict = {"unigram": _nest(unigram_bpb(
-        [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size))}
+    metrics: dict = {"unigram": unigram_bpb(
+        [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size)}
     samples = []
     for name, path in models.items():
         model = first if path == pre_anneal else load_model(path, hw.device)
@@ -73,7 +65,7 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
         node = metrics
         for part in name:
             node = node.setdefault(part, {})
-        node.update(_nest(result))
+        node.update(result)
         text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
         samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
     for b in names:

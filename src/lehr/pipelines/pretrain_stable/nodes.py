@@ -22,5 +22,5 @@ def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
     metrics = {"step": summary["step"], "tokens": summary["tokens"], "anneal_start": summary["anneal_start"],
                "anneal_reason": summary["anneal_reason"], "skipped_steps": summary["skips_total"],
                "n_params": summary["n_params"], "tiers": summary["tiers"],
-               **{k: v for k, v in heldout.items() if "." in k}}
+               **{source: m for source, m in heldout.items() if isinstance(m, dict)}}
     return metrics, read_curve(Path(summary["out_dir"]))
