@@ -23,8 +23,10 @@ def env() -> dict[str, str]:
             "LEHR_MLFLOW": os.environ.get("LEHR_MLFLOW", "0")}
 
 
-def sh(repo: Path, *cmd: str, check: bool = True, extra_env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=repo, env={**env(), **(extra_env or {})}, capture_output=True, text=True)
+def sh(repo: Path, *cmd: str, check: bool = True, extra_env: dict | None = None,
+       timeout: float | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=repo, env={**env(), **(extra_env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc

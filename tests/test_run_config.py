@@ -71,6 +71,16 @@ def test_cosine_baseline_spends_the_same_budget_in_one_schedule(tmp_path, pre_an
     assert branch_name(p, a).startswith("cosine-")
 
 
+def test_a_branch_from_another_profiles_pre_anneal_names_the_profile_to_use(tmp_path, pre_anneal):
+    p, a = params("pretrain", "parameters_pretrain_stable.yml"), params("anneal", "parameters_anneal.yml")
+    made = stable_config(dataclasses.replace(p, model={"preset": "tiny", "overrides": {}}), MANIFEST, tmp_path, PROV)
+    (pre_anneal / "state.json").write_text(json.dumps({"progress": {"step": 640}, "provenance": {"profile": "smoke"},
+                                                       "config": made.to_dict()}))
+    with pytest.raises(ValueError, match="made under the smoke profile.*`kedro run --pipeline anneal --env smoke`"):
+        anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {"profile": "local"})
+    anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {"profile": "smoke"})  # the same profile: the engine decides
+
+
 def test_branch_names_follow_the_params():
     p, a = params("pretrain", "parameters_pretrain_stable.yml"), params("anneal", "parameters_anneal.yml")
     assert branch_name(p, a) != branch_name(p, dataclasses.replace(a, shape="linear"))

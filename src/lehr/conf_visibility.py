@@ -7,6 +7,7 @@ module finds those that set a stage's section where no stage in ``dvc.yaml`` tra
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -50,8 +51,12 @@ def untracked(project: Path, env: str) -> list[str]:
     return problems
 
 
-class RefuseUntrackedParams:
-    """Kedro hook: a pipeline run stops, before any node, when it would read untracked params."""
+PROFILE_ENV = "LEHR_PROFILE"  # the Kedro env of this run, for the provenance the nodes record
+
+
+class ConfigInForce:
+    """Kedro hook: names the profile a run is under (``LEHR_PROFILE``, recorded in provenance), and
+    stops a pipeline run, before any node, when it would read params DVC does not track."""
 
     def __init__(self):
         self._project, self._env = Path.cwd(), "local"
@@ -59,6 +64,7 @@ class RefuseUntrackedParams:
     @hook_impl
     def after_context_created(self, context) -> None:
         self._project, self._env = Path(context.project_path), context.env
+        os.environ[PROFILE_ENV] = context.env
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:

@@ -87,10 +87,12 @@ def branch_name(p: PretrainParams, a: AnnealParams) -> str:
 def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal: Path, run_dir: Path,
                   provenance: dict) -> TrainConfig:
     """Branch from ``pre_anneal`` and decay (WSD) or finish the cosine (baseline) on the anneal mix."""
-    start = json.loads((pre_anneal / "state.json").read_text())["progress"]["step"]
+    state = json.loads((pre_anneal / "state.json").read_text())
+    start = state["progress"]["step"]
     length = decay_steps(p, a)
     # The cosine baseline spends exactly the nominal budget, like WSD's planned stable + decay.
     end = p.total_steps if p.schedule == "cosine" else start + length
+    _check_same_profile(state, model_config(p, manifest), provenance, pre_anneal)
     shared = _shared(p, manifest, run_dir, provenance) | dict(
         data_seed=a.data_seed, eval_every=a.eval_every, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr)
     return TrainConfig(
@@ -98,6 +100,19 @@ def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal
         init_from=str(pre_anneal), init_optimizer=a.init_optimizer, patience=a.patience,
         patience_from_step=start + (end - start) // 2,
     )
+
+
+def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_anneal: Path) -> None:
+    """A branch needs the model ``pre_anneal`` was trained as; when it differs because the two runs
+    are under different profiles, say so and name the profile to use."""
+    theirs, ours = state.get("provenance", {}).get("profile"), provenance.get("profile")
+    if theirs and ours and theirs != ours and state["config"]["model"] != dataclasses.asdict(model):
+        raise ValueError(
+            f"refusing to branch from {pre_anneal}: it was made under the {theirs} profile, and this run is under "
+            f"{ours}, whose model differs. Run the anneal under the same profile (`kedro run --pipeline anneal "
+            f"--env {theirs}`), or train pre_anneal under {ours} first (`kedro run --pipeline pretrain_stable "
+            f"--env {ours}`). The profile `dvc repro` and a bare `kedro run` use is the one in conf/profile.yaml."
+        )
 
 
 def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:

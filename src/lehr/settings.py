@@ -4,11 +4,11 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from lehr.conf_visibility import RefuseUntrackedParams
+from lehr.conf_visibility import ConfigInForce
 from lehr.project import profile_in_force
 from lehr.tracking.hooks import MlflowTracking
 
-HOOKS = (RefuseUntrackedParams(), MlflowTracking())
+HOOKS = (ConfigInForce(), MlflowTracking())
 
 
 

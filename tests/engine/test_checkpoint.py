@@ -141,17 +141,21 @@ def test_a_killed_writers_leftovers_are_cleared_and_a_parked_checkpoint_put_back
 
 
 class _Exploit:
+    """Unpickling this runs ``Path.touch(marker)``: the code a hostile checkpoint would run."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
     def __reduce__(self):
-        return (Path.touch, (Path("/tmp/lehr-pwned"),))
+        return (Path.touch, (self.marker,))
 
 
 def test_malicious_pickle_checkpoint_is_refused_without_running_code(tmp_path):
-    marker = Path("/tmp/lehr-pwned")
-    marker.unlink(missing_ok=True)
+    marker = tmp_path / "pwned"
     ckpt = tmp_path / "step_00000001"
     ckpt.mkdir()
     with open(ckpt / "optimizer.pt", "wb") as f:
-        pickle.dump({"optimizer": _Exploit()}, f)
+        pickle.dump({"optimizer": _Exploit(marker)}, f)
     with pytest.raises(pickle.UnpicklingError):
         checkpoint.load_optimizer(ckpt, torch.device("cpu"))
     assert not marker.exists()

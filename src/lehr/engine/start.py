@@ -55,7 +55,7 @@ def start(cfg: TrainConfig, d: Dist, hw: Hardware, t: Trainee, rolling: checkpoi
         _check_resumable(path, state, cfg, d, shards)
         _restore(path, t, hw.device, d.rank, with_optimizer=True)
         t.stream.load_state_dict(state["data"])
-        return mode, path, Progress(**state["progress"])
+        return mode, path, Progress.from_state(state["progress"])
     if mode == "branch":
         _check_branchable(path, state, cfg, shards)
         _restore(path, t, hw.device, d.rank, with_optimizer=cfg.init_optimizer)

@@ -31,8 +31,24 @@ class Progress:
     best_loss: float | None = None
     skips_total: int = 0
 
+    @classmethod
+    def from_state(cls, saved: dict) -> Progress:
+        """From a checkpoint's state. Checkpoints before 2026-11-30 kept each eval flat
+        (``"heldout.loss"``); they resume with it nested, as evals are kept now."""
+        evals = [{k: v for k, v in e.items() if "." not in k} | _nest({k: v for k, v in e.items() if "." in k})
+                 for e in saved.get("evals", [])]
+        return cls(**{**saved, "evals": evals})
+
     def losses(self) -> list[float]:
         return [e["heldout"]["loss"] for e in self.evals]
+
+
+def _nest(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        source, metric = key.rsplit(".", 1)  # a source name may hold dots; a metric name does not
+        out.setdefault(source, {})[metric] = value
+    return out
 
 
 def stalled(losses: list[float], window: int, eps: float) -> bool:

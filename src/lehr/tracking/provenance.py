@@ -4,6 +4,7 @@ state and tagged on every MLflow run."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = No
     return {
         **git_info(),
         "stage": stage,
+        "profile": os.environ.get("LEHR_PROFILE"),  # the Kedro env (set by the ConfigInForce hook)
         "manifest_sha256": inputs[str(manifest_file)],
         "tokenizer_sha256": manifest["tokenizer"]["sha256"],
         "inputs": inputs,
