@@ -49,6 +49,7 @@ smoke: setup
 
 test: setup
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/python -m pytest
 
 bench: setup

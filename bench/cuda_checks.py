@@ -48,17 +48,34 @@ def check(ok: bool, what: str) -> None:
 
 
 def config(shards: Path, out: Path, **overrides) -> TrainConfig:
-    base = dict(model=preset("cpu-demo", 4096), shards=str(shards), out_dir=str(out), seed=0, data_seed=1,
-                batch_size=16, micro_batch=8, stable_mix={"gold": 1.0, "silver": 1.0}, total_steps=30,
-                warmup_steps=5, eval_every=10**9, ckpt_every=10**9, log_every=10, eval_windows=1,
-                sample_tokens=0, device="cuda", precision="bf16")
+    base = dict(
+        model=preset("cpu-demo", 4096),
+        shards=str(shards),
+        out_dir=str(out),
+        seed=0,
+        data_seed=1,
+        batch_size=16,
+        micro_batch=8,
+        stable_mix={"gold": 1.0, "silver": 1.0},
+        total_steps=30,
+        warmup_steps=5,
+        eval_every=10**9,
+        ckpt_every=10**9,
+        log_every=10,
+        eval_windows=1,
+        sample_tokens=0,
+        device="cuda",
+        precision="bf16",
+    )
     return TrainConfig(**{**base, **overrides})
 
 
 def host_syncs(shards: Path, tmp: Path) -> None:
     def record(message, category, filename, lineno, file=None, line=None):
         where = [f for f in traceback.extract_stack()[:-1] if "/lehr/" in f.filename]
-        EVENTS.append(("sync", f"{where[-1].filename.rsplit('/lehr/', 1)[1]}:{where[-1].lineno}" if where else "?"))
+        EVENTS.append(
+            ("sync", f"{where[-1].filename.rsplit('/lehr/', 1)[1]}:{where[-1].lineno}" if where else "?")
+        )
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -70,11 +87,13 @@ def host_syncs(shards: Path, tmp: Path) -> None:
             torch.cuda.set_sync_debug_mode("default")
     logs = [i for i, e in enumerate(EVENTS) if e[0] == "log"]
     for a, b in zip(logs, logs[1:]):
-        sites = collections.Counter(e[1] for e in EVENTS[a + 1:b] if e[0] == "sync")
+        sites = collections.Counter(e[1] for e in EVENTS[a + 1 : b] if e[0] == "sync")
         outside = [s for s in sites if not s.startswith("engine/loop.py")]
-        check(not outside and sum(sites.values()) <= 2,
-              f"host syncs, steps {EVENTS[a][1]}..{EVENTS[b][1]}: {sum(sites.values())} synchronizing CUDA "
-              f"operation(s), at {dict(sites)} (goal: the log step's read only)")
+        check(
+            not outside and sum(sites.values()) <= 2,
+            f"host syncs, steps {EVENTS[a][1]}..{EVENTS[b][1]}: {sum(sites.values())} synchronizing CUDA "
+            f"operation(s), at {dict(sites)} (goal: the log step's read only)",
+        )
 
 
 def exact_resume(shards: Path, tmp: Path) -> None:
@@ -86,29 +105,44 @@ def exact_resume(shards: Path, tmp: Path) -> None:
         resumed = train(config(shards, tmp / "resumed", **run))
     finally:
         torch.use_deterministic_algorithms(False)
-    a, b = load_file(tmp / "straight/final/model.safetensors"), load_file(tmp / "resumed/final/model.safetensors")
+    a, b = (
+        load_file(tmp / "straight/final/model.safetensors"),
+        load_file(tmp / "resumed/final/model.safetensors"),
+    )
     oa = checkpoint.load_optimizer(tmp / "straight/final", torch.device("cpu"))["optimizer"]["state"]
     ob = checkpoint.load_optimizer(tmp / "resumed/final", torch.device("cpu"))["optimizer"]["state"]
     differ = [k for k in a if not torch.equal(a[k], b[k])]
     differ += [f"optimizer {i}.{k}" for i in oa for k in oa[i] if not torch.equal(oa[i][k], ob[i][k])]
-    check(resumed["mode"] == "resume" and not differ,
-          f"exact resume on CUDA (13 + 17 steps == 30): {len(differ)} tensor(s) differ {differ[:3]}")
+    check(
+        resumed["mode"] == "resume" and not differ,
+        f"exact resume on CUDA (13 + 17 steps == 30): {len(differ)} tensor(s) differ {differ[:3]}",
+    )
 
 
 def non_finite_guard(shards: Path, tmp: Path) -> None:
     os.environ[FAULT_ENV] = "7"
     try:
         summary = train(config(shards, tmp / "nan", total_steps=12))
-        steps = {float(s["step"]) for s in checkpoint.load_optimizer(Path(summary["final"]), torch.device("cpu"))
-                 ["optimizer"]["state"].values()}
-        check(summary["skips_total"] == 1 and steps == {11.0},
-              f"a NaN step is skipped on the device: skips {summary['skips_total']}, AdamW steps {steps} (want {{11.0}})")
+        steps = {
+            float(s["step"])
+            for s in checkpoint.load_optimizer(Path(summary["final"]), torch.device("cpu"))["optimizer"][
+                "state"
+            ].values()
+        }
+        check(
+            summary["skips_total"] == 1 and steps == {11.0},
+            f"a NaN step is skipped on the device: skips {summary['skips_total']}, AdamW steps {steps} "
+            f"(want {{11.0}})",
+        )
         os.environ[FAULT_ENV] = ",".join(str(s) for s in range(12, 20))
         try:
             train(config(shards, tmp / "diverge", total_steps=30, max_consecutive_skips=3))
             check(False, "three NaN steps in a row abort: the run did not abort")
         except DivergedError as e:
-            check("consecutive non-finite steps" in str(e), f"three NaN steps in a row abort (at the next sync point): {e}")
+            check(
+                "consecutive non-finite steps" in str(e),
+                f"three NaN steps in a row abort (at the next sync point): {e}",
+            )
     finally:
         os.environ.pop(FAULT_ENV, None)
 

@@ -26,7 +26,8 @@ from datatrove.executor import LocalPipelineExecutor
 from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.tokens import DocumentTokenizer
 
-corpus, tokenizer, out, workers, tasks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+corpus, tokenizer, out = sys.argv[1:4]
+workers, tasks = int(sys.argv[4]), int(sys.argv[5])
 LocalPipelineExecutor(
     pipeline=[JsonlReader(corpus, text_key="text", recursive=True),
               DocumentTokenizer(out + "/tokens", tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>",
@@ -35,8 +36,12 @@ LocalPipelineExecutor(
 """
 
 
-def run_datatrove(python: str, corpus: Path, tokenizer: Path, out: Path, workers: int, tasks: int) -> tuple[float, int]:
-    return timed([python, "-c", DATATROVE_JOB, str(corpus), str(tokenizer), str(out), str(workers), str(tasks)])
+def run_datatrove(
+    python: str, corpus: Path, tokenizer: Path, out: Path, workers: int, tasks: int
+) -> tuple[float, int]:
+    return timed(
+        [python, "-c", DATATROVE_JOB, str(corpus), str(tokenizer), str(out), str(workers), str(tasks)]
+    )
 
 
 def main() -> None:
@@ -54,12 +59,23 @@ def main() -> None:
         lehr_s, lehr_peak = run_stage(repo, "tokenize", PARAMS["tokenize"], args.workers)
         tokenizer = repo / "data" / "02_intermediate" / "tokenizer.json"
         n_files = len(list(corpus.rglob("*.jsonl")))
-        dt_s, dt_peak = run_datatrove(args.datatrove_python, corpus, tokenizer, tmp / "datatrove", args.workers, n_files)
+        dt_s, dt_peak = run_datatrove(
+            args.datatrove_python, corpus, tokenizer, tmp / "datatrove", args.workers, n_files
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"corpus {size / 1e6:.0f} MB in {n_files} files, {args.workers} worker process(es), {os.cpu_count()} cores")
-    print(f"lehr tokenize stage (BPE fit included)  {lehr_s:7.1f} s  {size / 1e6 / lehr_s:6.2f} MB/s  peak PSS {lehr_peak / 2**20:6.0f} MiB")
-    print(f"datatrove DocumentTokenizer (no fit)    {dt_s:7.1f} s  {size / 1e6 / dt_s:6.2f} MB/s  peak PSS {dt_peak / 2**20:6.0f} MiB")
+    print(
+        f"corpus {size / 1e6:.0f} MB in {n_files} files, {args.workers} worker process(es), "
+        f"{os.cpu_count()} cores"
+    )
+    print(
+        f"lehr tokenize stage (BPE fit included)  {lehr_s:7.1f} s  {size / 1e6 / lehr_s:6.2f} MB/s  peak "
+        f"PSS {lehr_peak / 2**20:6.0f} MiB"
+    )
+    print(
+        f"datatrove DocumentTokenizer (no fit)    {dt_s:7.1f} s  {size / 1e6 / dt_s:6.2f} MB/s  peak PSS "
+        f"{dt_peak / 2**20:6.0f} MiB"
+    )
     print(f"ratio lehr / datatrove: {dt_s / lehr_s:.2f}x throughput")
 
 

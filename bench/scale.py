@@ -28,8 +28,10 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-PARAMS = {"tokenize": {"vocab_size": 4096, "train_sample_bytes": 8_000_000, "max_bytes_per_stream": 0},
-          "shard": {"shard_tokens": 16 << 20}}
+PARAMS = {
+    "tokenize": {"vocab_size": 4096, "train_sample_bytes": 8_000_000, "max_bytes_per_stream": 0},
+    "shard": {"shard_tokens": 16 << 20},
+}
 
 
 def bundled_texts(tmp: Path) -> tuple[list[str], list[str]]:
@@ -90,7 +92,14 @@ def run_stage(repo: Path, pipeline: str, params: dict, workers: int) -> tuple[fl
     flat = [f"{pipeline}.{k}={v}" for k, v in params.items()]
     if pipeline == "tokenize":
         flat.append(f"tokenize.workers={workers}")
-    cmd = [str(Path(sys.executable).parent / "kedro"), "run", "--pipelines", pipeline, "--params", ",".join(flat)]
+    cmd = [
+        str(Path(sys.executable).parent / "kedro"),
+        "run",
+        "--pipelines",
+        pipeline,
+        "--params",
+        ",".join(flat),
+    ]
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "LEHR_MLFLOW": "0"}
     return timed(cmd, repo, env)
 
@@ -131,7 +140,7 @@ def raw_encode_mb_s(repo: Path, corpus: Path, limit_mb: int = 100) -> tuple[floa
             break
     t0 = time.perf_counter()
     for i in range(0, len(texts), 512):
-        tok.encode_batch_fast(texts[i:i + 512], add_special_tokens=False)
+        tok.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
     return size / 1e6, size / 1e6 / (time.perf_counter() - t0)
 
 
@@ -143,7 +152,10 @@ def main() -> None:
     args = p.parse_args()
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="lehr-scale-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; folder {tmp}", flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; folder {tmp}",
+        flush=True,
+    )
     train, held = bundled_texts(tmp)
     rows, raw = {}, None
     try:
@@ -154,8 +166,11 @@ def main() -> None:
             for stage in ("tokenize", "shard"):
                 seconds, peak = run_stage(repo, stage, PARAMS[stage], args.workers)
                 rows[(mb, stage)] = (size, seconds, peak)
-                print(f"{size / 1e6:8.0f} MB  {stage:8s}  {seconds:7.1f} s  {size / 1e6 / seconds:7.2f} MB/s  "
-                      f"peak PSS {peak / 2**20:7.0f} MiB", flush=True)
+                print(
+                    f"{size / 1e6:8.0f} MB  {stage:8s}  {seconds:7.1f} s  {size / 1e6 / seconds:7.2f} MB/s  "
+                    f"peak PSS {peak / 2**20:7.0f} MiB",
+                    flush=True,
+                )
             if raw is None:
                 raw = raw_encode_mb_s(repo, corpus)
             shutil.rmtree(repo / "data" / "03_primary")  # keep the disk footprint to one size at a time
@@ -168,12 +183,16 @@ def main() -> None:
     print()
     for stage in ("tokenize", "shard"):
         a, b = rows[(small, stage)][2], rows[(large, stage)][2]
-        print(f"{stage:8s} peak {large} MB / {small} MB: {b / a:.2f}x  (goal <= 1.1x), "
-              f"largest {b / 2**20:.0f} MiB (goal <= 1024)")
+        print(
+            f"{stage:8s} peak {large} MB / {small} MB: {b / a:.2f}x  (goal <= 1.1x), "
+            f"largest {b / 2**20:.0f} MiB (goal <= 1024)"
+        )
     tok_mb_s = rows[(large, "tokenize")][0] / 1e6 / rows[(large, "tokenize")][1]
     raw_mb, raw_mb_s = raw
-    print(f"raw encode_batch_fast on {raw_mb:.0f} MB of the same text: {raw_mb_s:.2f} MB/s; "
-          f"tokenize stage at {large} MB: {tok_mb_s:.2f} MB/s, ratio {tok_mb_s / raw_mb_s:.2f}x (goal >= 0.9x)")
+    print(
+        f"raw encode_batch_fast on {raw_mb:.0f} MB of the same text: {raw_mb_s:.2f} MB/s; "
+        f"tokenize stage at {large} MB: {tok_mb_s:.2f} MB/s, ratio {tok_mb_s / raw_mb_s:.2f}x (goal >= 0.9x)"
+    )
 
 
 if __name__ == "__main__":

@@ -11,15 +11,26 @@ from lehr.data.sharding import write_shard_set
 from lehr.data.tokenization import token_dtype, tokenizer_sha256
 
 
-def synthetic_shards(root: Path, vocab_size: int, n_tokens: int = 4_000_000, shard_tokens: int = 1 << 20) -> Path:
+def synthetic_shards(
+    root: Path, vocab_size: int, n_tokens: int = 4_000_000, shard_tokens: int = 1 << 20
+) -> Path:
     rng = np.random.default_rng(0)
     dtype = token_dtype(vocab_size)
-    streams = {"train/gold": rng.integers(0, vocab_size, n_tokens).astype(dtype),
-               "train/silver": rng.integers(0, vocab_size, n_tokens // 2).astype(dtype),
-               "heldout/synthetic": rng.integers(0, vocab_size, shard_tokens).astype(dtype)}
+    streams = {
+        "train/gold": rng.integers(0, vocab_size, n_tokens).astype(dtype),
+        "train/silver": rng.integers(0, vocab_size, n_tokens // 2).astype(dtype),
+        "heldout/synthetic": rng.integers(0, vocab_size, shard_tokens).astype(dtype),
+    }
     stats = {k: {"n_docs": 1, "n_bytes": 4 * len(v), "n_tokens": len(v)} for k, v in streams.items()}
     tok = Tokenizer(models.BPE())
     info = {"sha256": tokenizer_sha256(tok), "vocab_size": vocab_size, "eot_id": 0}
-    write_shard_set(root, {k: (lambda v=v: iter([v])) for k, v in streams.items()}, stats, dtype, shard_tokens, info,
-                    tok.to_str())
+    write_shard_set(
+        root,
+        {k: (lambda v=v: iter([v])) for k, v in streams.items()},
+        stats,
+        dtype,
+        shard_tokens,
+        info,
+        tok.to_str(),
+    )
     return root

@@ -33,11 +33,27 @@ MIX = {"gold": 1.0, "silver": 1.0}
 
 def config(args, shards: Path, out: Path) -> TrainConfig:
     model = preset(args.preset, args.vocab, **({"seq_len": args.seq_len} if args.seq_len else {}))
-    return TrainConfig(model=model, shards=str(shards), out_dir=str(out), seed=0, data_seed=1,
-                       batch_size=args.batch, micro_batch=args.micro, stable_mix=MIX, total_steps=args.warmup + args.steps,
-                       warmup_steps=10, eval_every=10**9, ckpt_every=10**9, log_every=args.warmup, eval_windows=1,
-                       sample_tokens=0, precision=args.precision, device=args.device, compile=args.compile,
-                       attention=args.attention)
+    return TrainConfig(
+        model=model,
+        shards=str(shards),
+        out_dir=str(out),
+        seed=0,
+        data_seed=1,
+        batch_size=args.batch,
+        micro_batch=args.micro,
+        stable_mix=MIX,
+        total_steps=args.warmup + args.steps,
+        warmup_steps=10,
+        eval_every=10**9,
+        ckpt_every=10**9,
+        log_every=args.warmup,
+        eval_windows=1,
+        sample_tokens=0,
+        precision=args.precision,
+        device=args.device,
+        compile=args.compile,
+        attention=args.attention,
+    )
 
 
 RECORDS: list[dict] = []
@@ -64,7 +80,9 @@ def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
         fp8.convert(model)
     opt = build_optimizer(model, cfg)
     fwd = torch.compile(model) if cfg.compile else model
-    stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)
+    stream = TrainStream(
+        ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1
+    )
     batches = [stream.next_batches(cfg.batch_size, MIX, 0, 1, cfg.micro_batch, hw.device) for _ in range(8)]
     accum = cfg.batch_size // cfg.micro_batch
     for i in range(warmup + steps):
@@ -84,7 +102,9 @@ def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
 
 
 def data_share(cfg: TrainConfig, step_seconds: float) -> float:
-    stream = TrainStream(ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1)
+    stream = TrainStream(
+        ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len, verify=False), cfg.model.seq_len, 1
+    )
     device = resolve(cfg.device, cfg.precision, None, attention=cfg.attention).device
     t0 = time.perf_counter()
     for _ in range(20):
@@ -98,8 +118,13 @@ def checkpoint_seconds(cfg: TrainConfig, out: Path) -> tuple[float, float]:
     model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long))[1].backward()
     opt.step()
     t0 = time.perf_counter()
-    path = checkpoint.write(out / "ckpt", model=model, optimizer_state={"optimizer": opt.state_dict(), "scaler": {}},
-                            state={"progress": {}}, rng_per_rank=[checkpoint.rng_state()])
+    path = checkpoint.write(
+        out / "ckpt",
+        model=model,
+        optimizer_state={"optimizer": opt.state_dict(), "scaler": {}},
+        state={"progress": {}},
+        rng_per_rank=[checkpoint.rng_state()],
+    )
     saved = time.perf_counter() - t0
     t0 = time.perf_counter()
     checkpoint.verify(path)
@@ -138,13 +163,19 @@ def main() -> None:
         save_s, load_s = checkpoint_seconds(cfg, tmp)
         n_params = Transformer(cfg.model).num_parameters()
         hw = resolve(cfg.device, cfg.precision, None, attention=cfg.attention)
-        print(f"model {args.preset} ({n_params / 1e6:.1f}M params), batch {cfg.batch_size} x {cfg.model.seq_len} tokens, "
-              f"micro {cfg.micro_batch}, device {hw.name}, precision {hw.precision}, compile {cfg.compile}, "
-              f"attention {hw.attention}")
+        print(
+            f"model {args.preset} ({n_params / 1e6:.1f}M params), batch {cfg.batch_size} x "
+            f"{cfg.model.seq_len} tokens, "
+            f"micro {cfg.micro_batch}, device {hw.name}, precision {hw.precision}, compile {cfg.compile}, "
+            f"attention {hw.attention}"
+        )
         print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in lehr)})")
         print(f"bare loop     {bare_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")
         print(f"ratio lehr/bare  {lehr_med / bare_med:.3f}x   (goal >= 0.97x)")
-        print(f"MFU           {'n/a (no peak TFLOPS known for this device)' if mfu is None else f'{mfu:.1%}'}; memory {mem}")
+        print(
+            "MFU           "
+            f"{'n/a (no peak TFLOPS known for this device)' if mfu is None else f'{mfu:.1%}'}; memory {mem}"
+        )
         print(f"data stream   {data_share(cfg, step_s):.2%} of step time   (goal <= 1%)")
         print(f"checkpoint    save {save_s:.2f} s, verify + load {load_s:.2f} s")
 

@@ -23,9 +23,16 @@ from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
 from tests.e2e import make_repo, sh, stages_run
 
-SMOKE_TOKENIZE = dict(vocab_size=512, special_tokens=["<|endoftext|>"], train_sample_bytes=200_000,
-                      min_frequency=2, batch_size=256, max_bytes_per_stream=120_000, on_decode_error="error",
-                      workers=1)
+SMOKE_TOKENIZE = dict(
+    vocab_size=512,
+    special_tokens=["<|endoftext|>"],
+    train_sample_bytes=200_000,
+    min_frequency=2,
+    batch_size=256,
+    max_bytes_per_stream=120_000,
+    on_decode_error="error",
+    workers=1,
+)
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +71,9 @@ def smoke_shards(tmp_path_factory, corpus_dir) -> Path:
     TokenizerDataset(str(root / "tokenizer.json")).save(tok)
     tokens = TokenStreamsDataset(str(root / "tokens"))
     tokens.save(encode_corpus(corpus, tok, params, root / "tokens" / "parts"))
-    ShardsDataset(str(root / "shards")).save(shard_streams(tokens.load(), tok, ShardParams(shard_tokens=4096)))
+    ShardsDataset(str(root / "shards")).save(
+        shard_streams(tokens.load(), tok, ShardParams(shard_tokens=4096))
+    )
     return root / "shards"
 
 
@@ -73,10 +82,23 @@ def tiny_config(smoke_shards, tmp_path):
     """A factory of tiny-model configs (0.13M params, 8 x 64 tokens per step) writing under tmp_path."""
 
     def make(**overrides) -> TrainConfig:
-        base = dict(model=preset("tiny", 512), shards=str(smoke_shards), out_dir=str(tmp_path / "run"), seed=0,
-                    data_seed=1, batch_size=8, micro_batch=4, stable_mix={"gold": 1.0, "silver": 1.0},
-                    total_steps=40, warmup_steps=5, eval_every=10, ckpt_every=10, log_every=5, eval_windows=4,
-                    sample_tokens=0)
+        base = dict(
+            model=preset("tiny", 512),
+            shards=str(smoke_shards),
+            out_dir=str(tmp_path / "run"),
+            seed=0,
+            data_seed=1,
+            batch_size=8,
+            micro_batch=4,
+            stable_mix={"gold": 1.0, "silver": 1.0},
+            total_steps=40,
+            warmup_steps=5,
+            eval_every=10,
+            ckpt_every=10,
+            log_every=5,
+            eval_windows=4,
+            sample_tokens=0,
+        )
         return TrainConfig(**{**base, **overrides})
 
     return make

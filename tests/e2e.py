@@ -16,19 +16,31 @@ def env() -> dict[str, str]:
     # mlflow.set_tracking_uri() in this process exports MLFLOW_TRACKING_URI; each throwaway repo
     # keeps its own store, so neither that nor a run id may leak into the commands run there.
     inherited = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID")}
-    return {**inherited, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KEDRO_DISABLE_TELEMETRY": "1",
-            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "PYTHONWARNINGS": "ignore",
-            # MLflow costs ~6 s per stage run; the tests of tracking turn it back on (test_pipeline_e2e.MLFLOW).
-            "LEHR_MLFLOW": os.environ.get("LEHR_MLFLOW", "0")}
+    return {
+        **inherited,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "KEDRO_DISABLE_TELEMETRY": "1",
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PYTHONWARNINGS": "ignore",
+        # MLflow costs ~6 s per stage run; the tests of tracking turn it back on (test_pipeline_e2e.MLFLOW).
+        "LEHR_MLFLOW": os.environ.get("LEHR_MLFLOW", "0"),
+    }
 
 
-def sh(repo: Path, *cmd: str, check: bool = True, extra_env: dict | None = None,
-       timeout: float | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=repo, env={**env(), **(extra_env or {})}, capture_output=True, text=True,
-                          timeout=timeout)
+def sh(
+    repo: Path, *cmd: str, check: bool = True, extra_env: dict | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        cmd, cwd=repo, env={**env(), **(extra_env or {})}, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 

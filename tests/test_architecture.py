@@ -26,7 +26,9 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
     return {m for m in found if m.split(".")[0] == "lehr" and _module_path(m)}
@@ -41,8 +43,10 @@ def _module_path(module: str) -> Path | None:
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = {".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in SRC.rglob("*.py")}
+    modules = {
+        ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in SRC.rglob("*.py")
+    }
     # A package's __init__ is not an edge back to its modules: importing lehr.engine.x runs it first.
     return {m: {i for i in _imports(p) if i != m and not m.startswith(i + ".")} for m, p in modules.items()}
 
@@ -84,12 +88,18 @@ def test_no_module_imports_itself_round_a_circle():
 def test_the_engine_knows_nothing_of_kedro_dvc_or_mlflow():
     for path in (SRC / "lehr" / "engine").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert name.split(".")[0] not in ("kedro", "dvc", "mlflow"), (path, name)
-                assert not name.startswith(("lehr.pipelines", "lehr.params", "lehr.run_config", "lehr.tracking")), (
-                    path, name)
+                assert not name.startswith(
+                    ("lehr.pipelines", "lehr.params", "lehr.run_config", "lehr.tracking")
+                ), (path, name)
 
 
 def test_every_training_setting_has_one_default_which_the_base_config_shows():

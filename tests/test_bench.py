@@ -21,8 +21,25 @@ def bench(*args: str) -> str:
 
 
 def test_train_loop_benchmark_runs_on_a_tiny_model():
-    out = bench("bench/train_loop.py", "--preset", "tiny", "--vocab", "512", "--batch", "8", "--micro", "4",
-                "--steps", "2", "--warmup", "2", "--rounds", "1", "--device", "cpu")
+    out = bench(
+        "bench/train_loop.py",
+        "--preset",
+        "tiny",
+        "--vocab",
+        "512",
+        "--batch",
+        "8",
+        "--micro",
+        "4",
+        "--steps",
+        "2",
+        "--warmup",
+        "2",
+        "--rounds",
+        "1",
+        "--device",
+        "cpu",
+    )
     assert "ratio lehr/bare" in out and "checkpoint    save" in out
 
 

@@ -35,24 +35,33 @@ def _with(cls, section: str, **change):
     return cls(**{**base[key], **change})
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"seed": -1}, r"pretrain.seed = -1 is out of range"),
-    ({"data_seed": 2**32}, r"pretrain.data_seed = 4294967296 is out of range"),
-    ({"eval_windows": 0}, r"pretrain.eval_windows = 0 must be positive"),
-    ({"stable_mix": {"gold": 0.0}}, r"pretrain.stable_mix.gold = 0.0 must be a positive number"),
-    ({"stable_mix": {"gold": -1}}, r"pretrain.stable_mix.gold = -1 must be a positive number"),
-    ({"stable_mix": {"gold": "lots"}}, r"pretrain.stable_mix.gold = 'lots' must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"seed": -1}, r"pretrain.seed = -1 is out of range"),
+        ({"data_seed": 2**32}, r"pretrain.data_seed = 4294967296 is out of range"),
+        ({"eval_windows": 0}, r"pretrain.eval_windows = 0 must be positive"),
+        ({"stable_mix": {"gold": 0.0}}, r"pretrain.stable_mix.gold = 0.0 must be a positive number"),
+        ({"stable_mix": {"gold": -1}}, r"pretrain.stable_mix.gold = -1 must be a positive number"),
+        ({"stable_mix": {"gold": "lots"}}, r"pretrain.stable_mix.gold = 'lots' must be a positive number"),
+    ],
+)
 def test_bad_pretrain_values_are_named(change, message):
     with pytest.raises(ValueError, match=message):
         _with(PretrainParams, "pretrain_stable", **change)
 
 
-@pytest.mark.parametrize("mix, message", [
-    ([[1.0, {"gold": 1}], [0.5, {"silver": 1}]], r"end fractions \[1.0, 0.5\]: they must rise strictly within \(0, 1\]"),
-    ([[1.5, {"gold": 1}]], r"end fractions \[1.5\]: they must rise"),
-    ([[1.0, {"gold": 0}]], r"anneal.mix\[0\].gold = 0 must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "mix, message",
+    [
+        (
+            [[1.0, {"gold": 1}], [0.5, {"silver": 1}]],
+            r"end fractions \[1.0, 0.5\]: they must rise strictly within \(0, 1\]",
+        ),
+        ([[1.5, {"gold": 1}]], r"end fractions \[1.5\]: they must rise"),
+        ([[1.0, {"gold": 0}]], r"anneal.mix\[0\].gold = 0 must be a positive number"),
+    ],
+)
 def test_bad_anneal_phases_are_named(mix, message):
     with pytest.raises(ValueError, match=message):
         _with(AnnealParams, "anneal", mix=mix)

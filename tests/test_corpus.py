@@ -25,7 +25,10 @@ def test_bundled_corpus_tiers_and_splits(corpus_dir):
     held = [p.name for p in (corpus_dir / "heldout" / "sotu").iterdir()]
     assert held and all(int(name[:4]) >= 2020 for name in held)
     assert all(int(p.name[:4]) < 2020 for p in (corpus_dir / "silver" / "sotu").iterdir())
-    titles = [json.loads(line)["title"] for line in (corpus_dir / "heldout" / "wikipedia.jsonl").read_text().splitlines()]
+    titles = [
+        json.loads(line)["title"]
+        for line in (corpus_dir / "heldout" / "wikipedia.jsonl").read_text().splitlines()
+    ]
     assert all(is_heldout_title(t) for t in titles)
     share = streams["heldout/wikipedia"] / (streams["heldout/wikipedia"] + streams["train/gold"])
     assert 0.03 < share < 0.07  # a fixed ~5% by title hash
@@ -48,7 +51,9 @@ def test_non_utf8_names_file_and_offset(tmp_path):
     bad = tmp_path / "c" / "gold" / "bad.txt"
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"hello \xff world")
-    with pytest.raises(CorpusError, match=r"bad.txt: not valid UTF-8 at byte offset 6.*on_decode_error: replace"):
+    with pytest.raises(
+        CorpusError, match=r"bad.txt: not valid UTF-8 at byte offset 6.*on_decode_error: replace"
+    ):
         list(Corpus(tmp_path / "c").documents())
     (doc,) = Corpus(tmp_path / "c").documents(errors="replace")
     assert doc.text == "hello \ufffd world"
@@ -68,7 +73,11 @@ def test_jsonl_offsets_and_user_corpus_formats(tmp_path):
     pq.write_table(pa.table({"text": ["held one", "held two"]}), root / "heldout" / "news.parquet")
     docs = list(Corpus(root).documents())
     assert [(d.stream, d.text) for d in docs] == [
-        ("train/gold", "one"), ("train/gold", "two"), ("heldout/news", "held one"), ("heldout/news", "held two")]
+        ("train/gold", "one"),
+        ("train/gold", "two"),
+        ("heldout/news", "held one"),
+        ("heldout/news", "held two"),
+    ]
 
 
 def test_corpus_package_missing_gives_install_command(monkeypatch, tmp_path):
@@ -95,21 +104,30 @@ def test_compressed_jsonl_parquet_row_groups_and_text_field(tmp_path):
     (root / "web").mkdir(parents=True)
     rows = [json.dumps({"body": f"doc {i}", "url": "u"}) for i in range(5)]
     (root / "web" / "a.jsonl.gz").write_bytes(gzip.compress(("\n".join(rows[:3]) + "\n").encode()))
-    (root / "web" / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(("\n".join(rows[3:]) + "\n").encode()))
-    (root / "web" / "c.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"body": "after a BOM"}).encode() + b"\n")
-    pq.write_table(pa.table({"body": [f"row {i}" for i in range(10)]}), root / "web" / "d.parquet", row_group_size=3)
+    (root / "web" / "b.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(("\n".join(rows[3:]) + "\n").encode())
+    )
+    (root / "web" / "c.jsonl").write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"body": "after a BOM"}).encode() + b"\n"
+    )
+    pq.write_table(
+        pa.table({"body": [f"row {i}" for i in range(10)]}), root / "web" / "d.parquet", row_group_size=3
+    )
     (root / "web" / "empty.jsonl").write_bytes(b"")  # skipped with a warning
     texts = [t for _, t in _docs(root, text_field="body")]
     assert texts == [f"doc {i}" for i in range(5)] + ["after a BOM"] + [f"row {i}" for i in range(10)]
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("a.jsonl", b'{"text": "ok"}\nnot json\n', r"a.jsonl:2: not a JSON object"),
-    ("a.jsonl", b'{"body": "x", "id": 1}\n', r"a.jsonl:1: no 'text' field; the fields are: body, id"),
-    ("a.jsonl", b'{"text": null}\n', r"a.jsonl:1: field 'text' is null, not a string"),
-    ("a.jsonl", b'{"text": 42}\n', r"a.jsonl:1: field 'text' is int, not a string"),
-    ("a.jsonl", b'[1, 2]\n', r"a.jsonl:1: a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("a.jsonl", b'{"text": "ok"}\nnot json\n', r"a.jsonl:2: not a JSON object"),
+        ("a.jsonl", b'{"body": "x", "id": 1}\n', r"a.jsonl:1: no 'text' field; the fields are: body, id"),
+        ("a.jsonl", b'{"text": null}\n', r"a.jsonl:1: field 'text' is null, not a string"),
+        ("a.jsonl", b'{"text": 42}\n', r"a.jsonl:1: field 'text' is int, not a string"),
+        ("a.jsonl", b"[1, 2]\n", r"a.jsonl:1: a JSON list, not an object"),
+    ],
+)
 def test_bad_jsonl_names_file_line_and_fields(tmp_path, name, data, message):
     (tmp_path / "c" / "gold").mkdir(parents=True)
     (tmp_path / "c" / "gold" / name).write_bytes(data)
@@ -124,10 +142,15 @@ def test_truncated_compressed_files_are_named(tmp_path):
 
     payload = ("\n".join(json.dumps({"text": f"document {i} " * 20}) for i in range(2000)) + "\n").encode()
     (tmp_path / "c" / "gold").mkdir(parents=True)
-    for name, blob in (("a.jsonl.gz", gzip.compress(payload)), ("b.jsonl.zst", zstandard.ZstdCompressor().compress(payload))):
+    for name, blob in (
+        ("a.jsonl.gz", gzip.compress(payload)),
+        ("b.jsonl.zst", zstandard.ZstdCompressor().compress(payload)),
+    ):
         path = tmp_path / "c" / "gold" / name
         path.write_bytes(blob[: len(blob) // 2])
-        with pytest.raises(CorpusError, match=rf"{name}: the compressed stream is truncated or corrupt after line \d+"):
+        with pytest.raises(
+            CorpusError, match=rf"{name}: the compressed stream is truncated or corrupt after line \d+"
+        ):
             _docs(tmp_path / "c")
         path.unlink()
 
@@ -166,8 +189,11 @@ def test_lehr_corpus_never_touches_an_existing_folder(tmp_path):
     mine = tmp_path / "corpus" / "books" / "novel.txt"
     mine.parent.mkdir(parents=True)
     mine.write_text("my own words")
-    out = subprocess.run([sys.executable, "-m", "lehr", "corpus", "--out", str(tmp_path / "corpus")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "lehr", "corpus", "--out", str(tmp_path / "corpus")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and "left as it is" in out.stdout
     assert [p.name for p in (tmp_path / "corpus").rglob("*")] == ["books", "novel.txt"]
     assert mine.read_text() == "my own words"

@@ -17,7 +17,10 @@ def test_saving_pre_anneal_clears_a_killed_saves_leftovers(tmp_path, dead_pid):
     (models / f".tmp-other-{dead_pid}").mkdir()  # another artifact's leftovers: not this save's business
     dataset = CheckpointDataset(str(models / "pre_anneal"))
     dataset.save(new)
-    assert sorted(p.name for p in models.iterdir() if not p.name.endswith(".lehr.lock")) == [f".tmp-other-{dead_pid}", "pre_anneal"]
+    assert sorted(p.name for p in models.iterdir() if not p.name.endswith(".lehr.lock")) == [
+        f".tmp-other-{dead_pid}",
+        "pre_anneal",
+    ]
     assert (dataset.load() / "state.json").read_text() == '{"progress": {"step": 20}}'
 
 
@@ -31,6 +34,10 @@ def test_saving_a_branch_clears_its_leftovers_and_leaves_other_branches(tmp_path
     (branches / f".tmp-a-{dead_pid}").mkdir()
     (branches / f".tmp-b-{dead_pid}").mkdir()
     dataset.save({"branch": "a", "run_dir": str(run)})
-    assert sorted(p.name for p in branches.iterdir() if not p.name.endswith(".lehr.lock")) == [f".tmp-b-{dead_pid}", "a", "b"]
+    assert sorted(p.name for p in branches.iterdir() if not p.name.endswith(".lehr.lock")) == [
+        f".tmp-b-{dead_pid}",
+        "a",
+        "b",
+    ]
     assert dataset.load() == {"a": branches / "a", "b": branches / "b"}
     assert (branches / "a" / "metrics.jsonl").read_text() == '{"step": 1}\n'

@@ -15,8 +15,9 @@ def _branch(root, step: int, end: int, best: bool):
     import json
 
     (root / "final").mkdir(parents=True)
-    (root / "final" / "state.json").write_text(json.dumps({"progress": {"step": step},
-                                                           "config": {"end_step": end, "total_steps": 999}}))
+    (root / "final" / "state.json").write_text(
+        json.dumps({"progress": {"step": step}, "config": {"end_step": end, "total_steps": 999}})
+    )
     if best:
         (root / "best").mkdir()
         (root / "best" / "state.json").write_text("{}")

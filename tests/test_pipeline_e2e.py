@@ -40,16 +40,23 @@ def runs_of(repo):
 
 
 def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
-    for artifact in ("data/02_intermediate/tokenizer.json", "data/04_feature/shards/manifest.json",
-                     "data/06_models/pre_anneal/model.safetensors", "data/08_reporting/metrics.json",
-                     "data/08_reporting/loss_curve.png", "data/08_reporting/curves.csv"):
+    for artifact in (
+        "data/02_intermediate/tokenizer.json",
+        "data/04_feature/shards/manifest.json",
+        "data/06_models/pre_anneal/model.safetensors",
+        "data/08_reporting/metrics.json",
+        "data/08_reporting/loss_curve.png",
+        "data/08_reporting/curves.csv",
+    ):
         assert (repo / artifact).is_file(), artifact
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     for key in ("pre_anneal", "anneal", "anneal_gain", "unigram"):
         assert "bpb" in metrics[key]["heldout"]
     assert set(metrics["pre_anneal"]) >= {"wikipedia", "sotu", "heldout"}
     stable = json.loads((repo / "data/08_reporting/stable_metrics.json").read_text())
-    assert set(stable["tiers"]) == {"gold", "silver"} and all(t["epochs"] > 0 for t in stable["tiers"].values())
+    assert set(stable["tiers"]) == {"gold", "silver"} and all(
+        t["epochs"] > 0 for t in stable["tiers"].values()
+    )
     again = sh(repo, "dvc", "repro")
     assert stages_run(again.stdout) == [] and "is cached" not in again.stdout
 
@@ -85,12 +92,30 @@ def test_experiment_reruns_only_anneal_and_evaluate(repo):
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "first run")
     pre = dir_hash(repo / "data/06_models/pre_anneal")
-    out = sh(repo, "dvc", "exp", "run", "-n", "linear-decay", "-S", "conf/base/parameters_anneal.yml:anneal.shape=linear",
-             extra_env=MLFLOW)
+    out = sh(
+        repo,
+        "dvc",
+        "exp",
+        "run",
+        "-n",
+        "linear-decay",
+        "-S",
+        "conf/base/parameters_anneal.yml:anneal.shape=linear",
+        extra_env=MLFLOW,
+    )
     assert stages_run(out.stdout) == ["anneal", "evaluate"]
     assert dir_hash(repo / "data/06_models/pre_anneal") == pre
-    out = sh(repo, "dvc", "exp", "run", "-n", "low-min-lr", "-S", "conf/base/parameters_anneal.yml:anneal.min_lr=0.0003",
-             extra_env=MLFLOW)
+    out = sh(
+        repo,
+        "dvc",
+        "exp",
+        "run",
+        "-n",
+        "low-min-lr",
+        "-S",
+        "conf/base/parameters_anneal.yml:anneal.min_lr=0.0003",
+        extra_env=MLFLOW,
+    )
     assert stages_run(out.stdout) == ["anneal", "evaluate"]
     runs, _ = runs_of(repo)
     by_exp = runs.groupby("tags.dvc.exp_name")["tags.lehr.stage"].apply(sorted).to_dict()
@@ -107,8 +132,16 @@ def test_experiment_reruns_only_anneal_and_evaluate(repo):
 
 
 def test_cosine_baseline_experiment_trains_the_same_budget(repo):
-    out = sh(repo, "dvc", "exp", "run", "-n", "cosine-baseline",
-             "-S", "conf/base/parameters_pretrain_stable.yml:pretrain.schedule=cosine")
+    out = sh(
+        repo,
+        "dvc",
+        "exp",
+        "run",
+        "-n",
+        "cosine-baseline",
+        "-S",
+        "conf/base/parameters_pretrain_stable.yml:pretrain.schedule=cosine",
+    )
     assert stages_run(out.stdout) == ["pretrain_stable", "anneal", "evaluate"]
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     anneal = json.loads((repo / "data/08_reporting/anneal_metrics.json").read_text())
@@ -125,13 +158,24 @@ def test_comparison_notebook_executes(repo, monkeypatch):
 
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "first run")
-    sh(repo, "dvc", "exp", "run", "-n", "linear-decay", "-S", "conf/base/parameters_anneal.yml:anneal.shape=linear")
+    sh(
+        repo,
+        "dvc",
+        "exp",
+        "run",
+        "-n",
+        "linear-decay",
+        "-S",
+        "conf/base/parameters_anneal.yml:anneal.shape=linear",
+    )
     for key, value in env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("LEHR_PROJECT", str(repo))
     nb = nbformat.read(ROOT / "notebooks/compare_experiments.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")  # stripped in git
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(repo)}}).execute()
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(repo)}}
+    ).execute()
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "linear-decay" in text  # the printed gain per experiment
 
@@ -139,35 +183,85 @@ def test_comparison_notebook_executes(repo, monkeypatch):
 def test_kedro_anneal_branch_lives_beside_others_and_leaves_pre_anneal_alone(repo):
     """...under any allowed name: one with a dot (v1.2) goes through anneal, evaluate and the CLI."""
     pre = dir_hash(repo / "data/06_models/pre_anneal")
-    before = {p.name: dir_hash(p) for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")}
+    before = {
+        p.name: dir_hash(p) for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")
+    }
     sh(repo, "kedro", "run", "--pipeline", "anneal", "--params", "anneal.branch=v1.2,anneal.shape=cosine")
-    after = {p.name: dir_hash(p) for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")}
+    after = {
+        p.name: dir_hash(p) for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")
+    }
     assert dir_hash(repo / "data/06_models/pre_anneal") == pre
     assert "v1.2" in after and all(after[name] == h for name, h in before.items())
     listing = sh(repo, "python", "-m", "lehr", "branches").stdout
     assert "v1.2" in listing
     sh(repo, "kedro", "run", "--pipeline", "evaluate", "--params", "evaluate.branches=v1.2")
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
-    assert metrics["branches"]["v1.2"]["heldout"]["bpb"] > 0 and metrics["branches"]["v1.2"]["weights"] == "final"
+    assert (
+        metrics["branches"]["v1.2"]["heldout"]["bpb"] > 0
+        and metrics["branches"]["v1.2"]["weights"] == "final"
+    )
 
 
 def test_soup_of_two_branches_is_evaluated_like_any_other(repo):
     def branches():
-        return sorted(p.name for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith("."))
+        return sorted(
+            p.name for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")
+        )
 
     if len(branches()) < 2:  # run alone, the module's earlier tests have not made a second branch
-        sh(repo, "kedro", "run", "--pipeline", "anneal", "--env", "smoke", "--params", "anneal.branch=partner")
+        sh(
+            repo,
+            "kedro",
+            "run",
+            "--pipeline",
+            "anneal",
+            "--env",
+            "smoke",
+            "--params",
+            "anneal.branch=partner",
+        )
     names = branches()[:2]
-    sh(repo, "kedro", "run", "--pipeline", "soup", "--env", "smoke", "--params", f"soup.branches={names[0]}+{names[1]}")
+    sh(
+        repo,
+        "kedro",
+        "run",
+        "--pipeline",
+        "soup",
+        "--env",
+        "smoke",
+        "--params",
+        f"soup.branches={names[0]}+{names[1]}",
+    )
     soup = f"soup-{names[0]}-{names[1]}"
-    sh(repo, "kedro", "run", "--pipeline", "evaluate", "--env", "smoke", "--params", f"evaluate.branches=[{soup}]")
+    sh(
+        repo,
+        "kedro",
+        "run",
+        "--pipeline",
+        "evaluate",
+        "--env",
+        "smoke",
+        "--params",
+        f"evaluate.branches=[{soup}]",
+    )
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     assert metrics["branches"][soup]["heldout"]["bpb"] > 0
 
 
 def test_unknown_branch_asked_of_evaluate_is_refused(repo):
-    out = sh(repo, "kedro", "run", "--pipeline", "evaluate", "--env", "smoke",
-             "--params", "evaluate.branches=[nope]", check=False, extra_env=MLFLOW)
+    out = sh(
+        repo,
+        "kedro",
+        "run",
+        "--pipeline",
+        "evaluate",
+        "--env",
+        "smoke",
+        "--params",
+        "evaluate.branches=[nope]",
+        check=False,
+        extra_env=MLFLOW,
+    )
     assert out.returncode != 0
     assert "unknown anneal branch(es) nope" in out.stderr
     runs, _ = runs_of(repo)
@@ -181,8 +275,14 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, smoke_repo, c
     for stage in ("tokenize", "shard"):
         sh(other, "dvc", "repro", stage)
     runs = other / "data/06_models/stable_run"
-    proc = subprocess.Popen(["dvc", "repro", "pretrain_stable"], cwd=other, env={**env(), **MLFLOW},
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["dvc", "repro", "pretrain_stable"],
+        cwd=other,
+        env={**env(), **MLFLOW},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not list(runs.glob("*/checkpoints/latest")):
         time.sleep(0.05)
@@ -204,7 +304,9 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, smoke_repo, c
     ref_runs, ref_client = runs_of(repo)
     ref = ref_runs[ref_runs["tags.lehr.stage"] == "pretrain_stable"].sort_values("start_time").iloc[0]
     curve = [(m.step, m.value) for m in client.get_metric_history(attempts.iloc[1]["run_id"], "train.loss")]
-    assert sorted(curve) == sorted((m.step, m.value) for m in ref_client.get_metric_history(ref["run_id"], "train.loss"))
+    assert sorted(curve) == sorted(
+        (m.step, m.value) for m in ref_client.get_metric_history(ref["run_id"], "train.loss")
+    )
     # ...and a from-scratch rebuild gave byte-identical tokenizer and shards.
     tokenizer = "data/02_intermediate/tokenizer.json"
     assert (repo / tokenizer).read_bytes() == (other / tokenizer).read_bytes()
@@ -212,11 +314,23 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, smoke_repo, c
 
 
 def test_pretrain_node_through_torchrun_with_two_gloo_workers(repo):
-    out = sh(repo, "kedro", "run", "--pipeline", "pretrain_stable", "--env", "smoke",
-             "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp,pretrain.micro_batch=2")
+    out = sh(
+        repo,
+        "kedro",
+        "run",
+        "--pipeline",
+        "pretrain_stable",
+        "--env",
+        "smoke",
+        "--params",
+        "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp,pretrain.micro_batch=2",
+    )
     assert "2 process(es)" in out.stderr
     state = json.loads((repo / "data/06_models/stable_run/ddp/pre_anneal/state.json").read_text())
-    assert state["world_size"] == 2 and (repo / "data/06_models/stable_run/ddp/pre_anneal/rng_rank1.pt").is_file()
+    assert (
+        state["world_size"] == 2
+        and (repo / "data/06_models/stable_run/ddp/pre_anneal/rng_rank1.pt").is_file()
+    )
 
 
 def test_an_override_in_conf_local_is_a_change_dvc_sees_and_a_stray_one_is_refused(repo):
@@ -231,4 +345,7 @@ def test_an_override_in_conf_local_is_a_change_dvc_sees_and_a_stray_one_is_refus
     out = sh(repo, "kedro", "run", "--pipeline", "anneal", "--env", "local", check=False)
     assert out.returncode != 0
     assert "conf/local/parameters_mine.yml sets anneal, which no stage in dvc.yaml tracks" in out.stderr
-    assert "parameters_mine.yml" in sh(repo, "python", "-m", "lehr", "check", "--env", "local", check=False).stderr
+    assert (
+        "parameters_mine.yml"
+        in sh(repo, "python", "-m", "lehr", "check", "--env", "local", check=False).stderr
+    )

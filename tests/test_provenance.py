@@ -16,5 +16,7 @@ def test_inputs_are_hashed_from_the_files_read(tmp_path, smoke_shards):
     prov = provenance.collect("anneal", manifest, {"pre_anneal": ckpt})
     want = hashlib.sha256((smoke_shards / "manifest.json").read_bytes()).hexdigest()
     assert prov["manifest_sha256"] == want == prov["inputs"][str(smoke_shards / "manifest.json")]
-    assert prov["inputs"][str(ckpt / "state.json")] == hashlib.sha256(b'{"progress": {"step": 3}}').hexdigest()
+    assert (
+        prov["inputs"][str(ckpt / "state.json")] == hashlib.sha256(b'{"progress": {"step": 3}}').hexdigest()
+    )
     assert "dvc_lock" not in prov  # a lock entry can describe another profile's run

@@ -20,8 +20,11 @@ def params(section: str, file: str, **changes):
     """The base params, with the budget pinned so the figures below do not follow the defaults."""
     raw = yaml.safe_load((ROOT / f"conf/base/{file}").read_text())[section]
     if section == "pretrain":
-        raw |= {"total_steps": 800, "decay_fraction": 0.2,
-                "auto_anneal": {**raw["auto_anneal"], "min_fraction": 0.5, "max_fraction": 0.9}}
+        raw |= {
+            "total_steps": 800,
+            "decay_fraction": 0.2,
+            "auto_anneal": {**raw["auto_anneal"], "min_fraction": 0.5, "max_fraction": 0.9},
+        }
         return PretrainParams(**{**raw, **changes})
     return AnnealParams(**{**raw, "decay_steps": 0, "decay_fraction": 0.2, **changes})
 
@@ -46,11 +49,16 @@ def test_stable_runs_of_other_configs_or_data_get_their_own_folder(tmp_path):
     base = stable_config(p, MANIFEST, tmp_path, PROV)
     assert base.out_dir == stable_config(p, MANIFEST, tmp_path, PROV).out_dir  # same params resume
     assert base.stop_rule.save_to == f"{base.out_dir}/pre_anneal"
-    others = [stable_config(dataclasses.replace(p, lr=1e-3), MANIFEST, tmp_path, PROV),
-              stable_config(dataclasses.replace(p, schedule="cosine"), MANIFEST, tmp_path, PROV),
-              stable_config(p, MANIFEST, tmp_path, {"manifest_sha256": "other data"})]
+    others = [
+        stable_config(dataclasses.replace(p, lr=1e-3), MANIFEST, tmp_path, PROV),
+        stable_config(dataclasses.replace(p, schedule="cosine"), MANIFEST, tmp_path, PROV),
+        stable_config(p, MANIFEST, tmp_path, {"manifest_sha256": "other data"}),
+    ]
     assert len({base.out_dir, *(o.out_dir for o in others)}) == 4
-    assert stable_config(dataclasses.replace(p, run_name="main"), MANIFEST, tmp_path, PROV).out_dir == f"{tmp_path}/main"
+    assert (
+        stable_config(dataclasses.replace(p, run_name="main"), MANIFEST, tmp_path, PROV).out_dir
+        == f"{tmp_path}/main"
+    )
 
 
 def test_wsd_anneal_decays_for_its_own_length_from_pre_anneal(tmp_path, pre_anneal):
@@ -73,12 +81,19 @@ def test_cosine_baseline_spends_the_same_budget_in_one_schedule(tmp_path, pre_an
 
 def test_a_branch_from_another_profiles_pre_anneal_names_the_profile_to_use(tmp_path, pre_anneal):
     p, a = params("pretrain", "parameters_pretrain_stable.yml"), params("anneal", "parameters_anneal.yml")
-    made = stable_config(dataclasses.replace(p, model={"preset": "tiny", "overrides": {}}), MANIFEST, tmp_path, PROV)
-    (pre_anneal / "state.json").write_text(json.dumps({"progress": {"step": 640}, "provenance": {"profile": "smoke"},
-                                                       "config": made.to_dict()}))
-    with pytest.raises(ValueError, match="made under the smoke profile.*`kedro run --pipeline anneal --env smoke`"):
+    made = stable_config(
+        dataclasses.replace(p, model={"preset": "tiny", "overrides": {}}), MANIFEST, tmp_path, PROV
+    )
+    (pre_anneal / "state.json").write_text(
+        json.dumps({"progress": {"step": 640}, "provenance": {"profile": "smoke"}, "config": made.to_dict()})
+    )
+    with pytest.raises(
+        ValueError, match="made under the smoke profile.*`kedro run --pipeline anneal --env smoke`"
+    ):
         anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {"profile": "local"})
-    anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {"profile": "smoke"})  # the same profile: the engine decides
+    anneal_config(
+        p, a, MANIFEST, pre_anneal, tmp_path, {"profile": "smoke"}
+    )  # the same profile: the engine decides
 
 
 def test_branch_names_follow_the_params():

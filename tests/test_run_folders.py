@@ -30,10 +30,17 @@ def layout(tmp_path: Path, monkeypatch) -> dict[str, Path]:
     models = tmp_path / "06_models"
     (tmp_path / "conf" / "base").mkdir(parents=True)
     (tmp_path / "conf" / "local").mkdir()
-    (tmp_path / "conf" / "base" / "catalog.yml").write_text("".join(
-        f"{name}:\n  type: lehr.datasets.RunDirDataset\n  path: 06_models/{folder}\n"
-        for name, folder in [("stable_run", "stable_run"), ("pre_anneal", "pre_anneal"),
-                             ("anneal_runs", "anneal_runs"), ("anneal_branches", "anneal")]))
+    (tmp_path / "conf" / "base" / "catalog.yml").write_text(
+        "".join(
+            f"{name}:\n  type: lehr.datasets.RunDirDataset\n  path: 06_models/{folder}\n"
+            for name, folder in [
+                ("stable_run", "stable_run"),
+                ("pre_anneal", "pre_anneal"),
+                ("anneal_runs", "anneal_runs"),
+                ("anneal_branches", "anneal"),
+            ]
+        )
+    )
     monkeypatch.chdir(tmp_path)
     runs = {
         "current": run_folder(models, "stable_run", "auto-current", [300, 400], "pre_anneal"),
@@ -73,9 +80,16 @@ def test_prune_never_touches_a_folder_a_live_run_holds(tmp_path, capsys, monkeyp
 
     runs = layout(tmp_path, monkeypatch)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from lehr.files import locks\n"
-         "with locks.hold(sys.argv[1], 'training run'):\n    print('held', flush=True); time.sleep(120)",
-         str(runs["killed"])], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from lehr.files import locks\n"
+            "with locks.hold(sys.argv[1], 'training run'):\n    print('held', flush=True); time.sleep(120)",
+            str(runs["killed"]),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert main(["runs"]) == 0

@@ -14,7 +14,9 @@ from tests.e2e import env
 
 
 def _state() -> tuple[str, str]:
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True)
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     lock = ROOT / "dvc.lock"
     return status.stdout, hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else ""
 
@@ -33,7 +35,9 @@ def test_make_smoke_runs_every_stage_in_a_sandbox_and_leaves_the_project_as_it_w
     before = _state()
     dest = tmp_path / "smoke"
     for _ in range(2):  # a second `make smoke` replaces the sandbox the first one made
-        subprocess.run(["make", "smoke", f"SMOKE={dest}"], cwd=ROOT, env=env(), check=True, capture_output=True)
+        subprocess.run(
+            ["make", "smoke", f"SMOKE={dest}"], cwd=ROOT, env=env(), check=True, capture_output=True
+        )
     assert _state() == before
     assert (dest / "conf/profile.yaml").read_text() == "profile: smoke\n"
     assert (dest / "data/08_reporting/metrics.json").is_file() and (dest / "dvc.lock").is_file()

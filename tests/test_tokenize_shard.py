@@ -32,7 +32,9 @@ def _tokenize(corpus_dir, out, **overrides):
 
 
 def _shard(tok, ds, out, shard_tokens=4096):
-    ShardsDataset(str(out / "shards")).save(shard_streams(ds.load(), tok, ShardParams(shard_tokens=shard_tokens)))
+    ShardsDataset(str(out / "shards")).save(
+        shard_streams(ds.load(), tok, ShardParams(shard_tokens=shard_tokens))
+    )
     return out / "shards"
 
 
@@ -59,7 +61,10 @@ def test_same_bytes_for_any_number_of_workers_and_slices(uncapped, tmp_path):
     for i in (2, 3, 1):
         _tokenize(uncapped, shared, workers=1, slice=f"{i}/3", **kw)
     assert sorted(p.name for p in (shared / "tokens").glob("streams*.json")) == [
-        "streams-1-of-3.json", "streams-2-of-3.json", "streams-3-of-3.json"]
+        "streams-1-of-3.json",
+        "streams-2-of-3.json",
+        "streams-3-of-3.json",
+    ]
     assert dir_hash(_shard(tok, TokenStreamsDataset(str(shared / "tokens")), shared)) == reference
 
 
@@ -117,11 +122,15 @@ def test_pieces_of_a_long_document_encode_like_the_whole(corpus_dir, tmp_path):
 
 def test_streamed_bpe_sample_equals_the_sorted_prefix():
     rng = random.Random(1)
-    docs = [Document(rng.choice(["train/a", "train/b", "heldout/x"]), "w" * rng.randint(1, 300) + str(i))
-            for i in range(2000)]
+    docs = [
+        Document(rng.choice(["train/a", "train/b", "heldout/x"]), "w" * rng.randint(1, 300) + str(i))
+        for i in range(2000)
+    ]
     for budget in (0, 1, 5_000, 77_777, 10**9):
-        train = sorted((d.text for d in docs if d.stream.startswith("train/")),
-                       key=lambda t: hashlib.sha256(t.encode()).digest())
+        train = sorted(
+            (d.text for d in docs if d.stream.startswith("train/")),
+            key=lambda t: hashlib.sha256(t.encode()).digest(),
+        )
         expected, used = [], 0
         for t in train:
             if budget and used >= budget:
@@ -134,8 +143,12 @@ def test_streamed_bpe_sample_equals_the_sorted_prefix():
 def test_a_word_of_megabytes_does_not_stall_bpe_training(tmp_path):
     root = tmp_path / "c"
     (root / "gold").mkdir(parents=True)
-    (root / "gold" / "blob.jsonl").write_text(json.dumps({"text": "ab" * 1_500_000}) + "\n"
-                                              + json.dumps({"text": "a normal document. " * 50}) + "\n")
+    (root / "gold" / "blob.jsonl").write_text(
+        json.dumps({"text": "ab" * 1_500_000})
+        + "\n"
+        + json.dumps({"text": "a normal document. " * 50})
+        + "\n"
+    )
     params = TokenizeParams(**{**SMOKE_TOKENIZE, "vocab_size": 300, "max_bytes_per_stream": 0})
     tok = train_tokenizer(Corpus(root), params)  # took minutes before words were capped for BPE
     ds = TokenStreamsDataset(str(tmp_path / "tokens"))
@@ -149,7 +162,10 @@ def test_token_dtype_widens_past_uint16():
 
 def test_manifest_describes_every_shard(smoke_shards):
     manifest = json.loads((smoke_shards / "manifest.json").read_text())
-    assert manifest["tokenizer"]["sha256"] == hashlib.sha256((smoke_shards / "tokenizer.json").read_bytes()).hexdigest()
+    assert (
+        manifest["tokenizer"]["sha256"]
+        == hashlib.sha256((smoke_shards / "tokenizer.json").read_bytes()).hexdigest()
+    )
     for name, entry in manifest["streams"].items():
         assert sum(s["n_tokens"] for s in entry["shards"]) == entry["n_tokens"]
         for shard in entry["shards"]:
@@ -162,7 +178,9 @@ def test_manifest_describes_every_shard(smoke_shards):
 def test_shards_larger_than_a_stream_give_one_short_shard(corpus_dir, tmp_path):
     tok, ds = _tokenize(corpus_dir, tmp_path)
     sizes = sorted(ds.load().stats(n)["n_tokens"] for n in ds.load().streams)
-    size = (sizes[0] + sizes[-1]) // 2  # longer than the smallest stream (refused before), shorter than the largest
+    size = (
+        sizes[0] + sizes[-1]
+    ) // 2  # longer than the smallest stream (refused before), shorter than the largest
     manifest = json.loads((_shard(tok, ds, tmp_path, shard_tokens=size) / "manifest.json").read_text())
     counts = []
     for name, entry in manifest["streams"].items():
@@ -179,15 +197,18 @@ def test_shard_refuses_a_tokenizer_that_did_not_make_the_tokens(corpus_dir, tmp_
         shard_streams(ds.load(), other, ShardParams(shard_tokens=4096))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"vocab_size": 200}, "tokenize.vocab_size = 200 is out of range"),
-    ({"vocab_size": 2_000_000}, "tokenize.vocab_size = 2000000 is out of range"),
-    ({"vocab_size": "big"}, "tokenize.vocab_size = 'big' has the wrong type"),
-    ({"on_decode_error": "ignore"}, "tokenize.on_decode_error = 'ignore' must be one of error, replace"),
-    ({"special_tokens": ["<pad>"]}, "must start with <|endoftext|>"),
-    ({"workers": -1}, "tokenize.workers = -1 must be >= 0"),
-    ({"slice": "3/2"}, "tokenize.slice = '3/2' must be i/N"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"vocab_size": 200}, "tokenize.vocab_size = 200 is out of range"),
+        ({"vocab_size": 2_000_000}, "tokenize.vocab_size = 2000000 is out of range"),
+        ({"vocab_size": "big"}, "tokenize.vocab_size = 'big' has the wrong type"),
+        ({"on_decode_error": "ignore"}, "tokenize.on_decode_error = 'ignore' must be one of error, replace"),
+        ({"special_tokens": ["<pad>"]}, "must start with <|endoftext|>"),
+        ({"workers": -1}, "tokenize.workers = -1 must be >= 0"),
+        ({"slice": "3/2"}, "tokenize.slice = '3/2' must be i/N"),
+    ],
+)
 def test_tokenize_params_are_validated(change, message):
     with pytest.raises(ValueError, match=message.replace("|", r"\|").replace("(", r"\(")):
         TokenizeParams(**{**SMOKE_TOKENIZE, **change})

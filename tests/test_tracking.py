@@ -17,8 +17,20 @@ def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monk
     monkeypatch.setattr(mlflow, "MlflowClient", Client)
     monkeypatch.setenv(tracking.RUN_ID_ENV, "run-1")
     forward = tracking.mlflow_forwarder()
-    records = [{"kind": "train", "step": s, "loss": 1 / s, "lr": 1e-3, "grad_norm": 0.5, "tok_per_s": 900,
-                "mfu": None, "mem": "12 MB", "skipped": False} for s in range(1, 301)]
+    records = [
+        {
+            "kind": "train",
+            "step": s,
+            "loss": 1 / s,
+            "lr": 1e-3,
+            "grad_norm": 0.5,
+            "tok_per_s": 900,
+            "mfu": None,
+            "mem": "12 MB",
+            "skipped": False,
+        }
+        for s in range(1, 301)
+    ]
     forward(records)  # what a resumed run replays: 300 records x 4 numeric metrics
     forward.close()  # sending happens in a thread of its own; close waits for it
     assert [len(batch) for _, batch in sent] == [1000, 200]

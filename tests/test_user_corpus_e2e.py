@@ -22,7 +22,7 @@ def write_user_corpus(root: Path, corpus_dir: Path) -> None:
     """Five 'novels' in books/ and one held out, as the README's "Your own corpus" says."""
     speeches = sorted((corpus_dir / "silver" / "sotu").iterdir())
     for i in range(6):
-        text = "\n\n".join(p.read_text() for p in speeches[i * 4:(i + 1) * 4])
+        text = "\n\n".join(p.read_text() for p in speeches[i * 4 : (i + 1) * 4])
         dest = root / ("heldout" if i == 5 else "books") / f"novel-{i}.txt"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
@@ -59,8 +59,17 @@ def test_own_corpus_is_dvc_added_and_read(repo):
 def test_queued_experiment_runs_in_its_own_workspace(repo):
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "baseline")
-    sh(repo, "dvc", "exp", "run", "--queue", "-n", "queued-linear",
-       "-S", "conf/smoke/parameters_anneal.yml:+anneal.shape=linear")
+    sh(
+        repo,
+        "dvc",
+        "exp",
+        "run",
+        "--queue",
+        "-n",
+        "queued-linear",
+        "-S",
+        "conf/smoke/parameters_anneal.yml:+anneal.shape=linear",
+    )
     sh(repo, "dvc", "queue", "start", "-j", "1")
     deadline, status = time.time() + 600, ""
     while time.time() < deadline:
@@ -68,9 +77,13 @@ def test_queued_experiment_runs_in_its_own_workspace(repo):
         if "Queued" not in status and "Running" not in status:
             break
         time.sleep(2)
-    assert "Success" in status, status + sh(repo, "dvc", "queue", "logs", "queued-linear", check=False).stdout[-3000:]
+    assert "Success" in status, (
+        status + sh(repo, "dvc", "queue", "logs", "queued-linear", check=False).stdout[-3000:]
+    )
     shown = json.loads(sh(repo, "dvc", "exp", "show", "--json").stdout)
-    exps = [e for commit in shown for e in (commit.get("experiments") or []) if e.get("name") == "queued-linear"]
+    exps = [
+        e for commit in shown for e in (commit.get("experiments") or []) if e.get("name") == "queued-linear"
+    ]
     assert exps, shown
     metrics = exps[0]["revs"][0]["data"]["metrics"]
     assert metrics["data/08_reporting/metrics.json"]["data"]["branches"]

@@ -12,7 +12,9 @@ from tests import ROOT
 GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())
 # dvc.yaml and the catalog both take the corpus path from conf/base/globals.yml.
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text().replace("${corpus}", GLOBALS["corpus"]))
-CATALOG = yaml.safe_load((ROOT / "conf/base/catalog.yml").read_text().replace("${globals:corpus}", GLOBALS["corpus"]))
+CATALOG = yaml.safe_load(
+    (ROOT / "conf/base/catalog.yml").read_text().replace("${globals:corpus}", GLOBALS["corpus"])
+)
 PATHS = {name: entry.get("path") or entry.get("filepath") for name, entry in CATALOG.items()}
 KEDRO_STAGES = {k: v for k, v in DVC["stages"].items() if k != "corpus"}  # corpus: `lehr corpus`
 
@@ -50,8 +52,12 @@ def test_outs_and_data_deps_are_catalog_paths():
 
 
 def test_every_catalog_output_is_a_dvc_out(pipelines):
-    declared = {p for spec in DVC["stages"].values() for key in ("outs", "metrics", "plots")
-                for p, _ in _entries(spec.get(key))}
+    declared = {
+        p
+        for spec in DVC["stages"].values()
+        for key in ("outs", "metrics", "plots")
+        for p, _ in _entries(spec.get(key))
+    }
     for stage in KEDRO_STAGES:
         for output in pipelines[stage].outputs():
             if output in PATHS:
@@ -131,6 +137,9 @@ def test_every_module_a_stage_runs_is_one_of_its_deps():
             seen.add(current)
             todo |= _lehr_imports(ROOT / current) - seen
         deps = [d for d in spec["deps"] if d.startswith("src/")]
-        missing = sorted(f for f in seen - NO_EFFECT_ON_OUTPUTS
-                         if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps))
+        missing = sorted(
+            f
+            for f in seen - NO_EFFECT_ON_OUTPUTS
+            if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)
+        )
         assert not missing, f"stage {stage} runs {missing} but does not list them as deps in dvc.yaml"

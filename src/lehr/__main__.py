@@ -1,13 +1,13 @@
 """``python -m lehr``: small commands around the pipeline (Kedro runs the stages themselves).
 
-    python -m lehr corpus --out DIR         lay out the bundled corpus in a new folder
-    python -m lehr branches [--root DIR]    list the anneal branches side by side (default: the catalog's)
-    python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
-    python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
-    python -m lehr runs                     the rolling run folders: step, state, use, size
-    python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
-    python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
-    python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
+python -m lehr corpus --out DIR         lay out the bundled corpus in a new folder
+python -m lehr branches [--root DIR]    list the anneal branches side by side (default: the catalog's)
+python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
+python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
+python -m lehr runs                     the rolling run folders: step, state, use, size
+python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
+python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
+python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def _corpus(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists():
         # Whatever is there may be a user's own corpus: lehr never replaces or deletes it.
-        print(f"{out} exists: left as it is (the bundled corpus is laid out only where no corpus is; "
-              f"to lay it out again, move {out} away first)")
+        print(
+            f"{out} exists: left as it is (the bundled corpus is laid out only where no corpus is; "
+            f"to lay it out again, move {out} away first)"
+        )
         return 0
     for stream, n in build(out).items():
         print(f"{stream:20s} {n:6d} documents")
@@ -49,16 +51,24 @@ def _last_eval(state: dict) -> dict:
 
 def _branches(args: argparse.Namespace) -> int:
     root = Path(args.root) if args.root else _catalog(args)["anneal_branches"]
-    rows = [p for p in sorted(root.glob("*")) if (p / "final" / "state.json").is_file()] if root.is_dir() else []
+    rows = (
+        [p for p in sorted(root.glob("*")) if (p / "final" / "state.json").is_file()] if root.is_dir() else []
+    )
     if not rows:
-        print(f"no anneal branches in {root}; make one with `kedro run --pipeline anneal --params anneal.branch=NAME`")
+        print(
+            f"no anneal branches in {root}; make one with `kedro run --pipeline anneal --params "
+            "anneal.branch=NAME`"
+        )
         return 0
     print(f"{'branch':28s} {'step':>6s} {'tokens':>11s} {'heldout.bpb':>12s} {'best loss':>10s}")
     for p in rows:
         state = _state(p / "final")
         ev, prog = _last_eval(state), state["progress"]
-        print(f"{p.name:28s} {prog['step']:6d} {prog['tokens']:11,d} {ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
-              f"{prog.get('best_loss') or float('nan'):10.4f}")
+        print(
+            f"{p.name:28s} {prog['step']:6d} {prog['tokens']:11,d} "
+            f"{ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
+            f"{prog.get('best_loss') or float('nan'):10.4f}"
+        )
     return 0
 
 
@@ -69,10 +79,15 @@ def _info(args: argparse.Namespace) -> int:
         "checkpoint": args.checkpoint,
         "git commit": f"{prov.get('git_commit', 'unknown')}{' (dirty)' if prov.get('git_dirty') else ''}",
         "stage": prov.get("stage", "?"),
-        "step": prog["step"], "tokens seen": f"{prog['tokens']:,}",
-        "config hash": state["math_hash"], "data manifest sha256": state["manifest_sha256"],
-        "tokenizer sha256": state["tokenizer_sha256"], "world size": state["world_size"],
-        "device": state["device"], "torch": state["torch"], "cuda": state["cuda"],
+        "step": prog["step"],
+        "tokens seen": f"{prog['tokens']:,}",
+        "config hash": state["math_hash"],
+        "data manifest sha256": state["manifest_sha256"],
+        "tokenizer sha256": state["tokenizer_sha256"],
+        "world size": state["world_size"],
+        "device": state["device"],
+        "torch": state["torch"],
+        "cuda": state["cuda"],
         "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
     }
     lines.update({f"held-out heldout.{k}": f"{v:.4f}" for k, v in ev.get("heldout", {}).items()})
@@ -90,7 +105,10 @@ def _export(args: argparse.Namespace) -> int:
 
     tokenizer = Path(args.tokenizer) if args.tokenizer else None
     out = (export_hf_llama if args.hf else export_plain)(Path(args.checkpoint), Path(args.out), tokenizer)
-    print(f"exported {args.checkpoint} to {out}" + (" (load it with transformers' from_pretrained)" if args.hf else ""))
+    print(
+        f"exported {args.checkpoint} to {out}"
+        + (" (load it with transformers' from_pretrained)" if args.hf else "")
+    )
     return 0
 
 
@@ -106,8 +124,9 @@ def _check(args: argparse.Namespace) -> int:
     from lehr.project import profile_in_force
 
     env = args.env or profile_in_force(Path.cwd())
-    loader = OmegaConfigLoader(conf_source="conf", base_env="base", default_run_env=env,
-                               merge_strategy={"parameters": "soft"})
+    loader = OmegaConfigLoader(
+        conf_source="conf", base_env="base", default_run_env=env, merge_strategy={"parameters": "soft"}
+    )
     problems = check_all(loader["parameters"]) + conf_visibility.untracked(Path.cwd(), env)
     for p in problems:
         print(f"lehr: {p}", file=sys.stderr)
@@ -148,9 +167,11 @@ def _runs(args: argparse.Namespace) -> int:
     print(f"{'kind':7s} {'folder':36s} {'step':>6s} {'state':12s} {'in use':6s} {'MB':>9s}")
     for f in folders:
         state = "running" if f.live else "finished" if f.finished else "stopped"
-        print(f"{f.kind:7s} {f.path.name:36s} {f.step if f.step is not None else '-':>6} "
-              f"{state:12s} {'yes' if f.in_use else 'no':6s} {f.size / 1e6:9.1f}"
-              + (f"  ({f.live})" if f.live else ""))
+        print(
+            f"{f.kind:7s} {f.path.name:36s} {f.step if f.step is not None else '-':>6} "
+            f"{state:12s} {'yes' if f.in_use else 'no':6s} {f.size / 1e6:9.1f}"
+            + (f"  ({f.live})" if f.live else "")
+        )
     return 0
 
 
@@ -163,15 +184,22 @@ def _prune(args: argparse.Namespace) -> int:
             print(f"keeping {f.path}: a run is writing it ({f.live})")
     doomed = prunable(folders, unfinished=args.unfinished)
     if not doomed:
-        print("nothing to prune: every rolling folder is in use" + ("" if args.unfinished else " or unfinished"))
+        print(
+            "nothing to prune: every rolling folder is in use" + ("" if args.unfinished else " or unfinished")
+        )
         return 0
     for f in doomed:
-        print(f"{'removing' if args.yes else 'would remove'} {f.path} ({f.size / 1e6:.1f} MB, "
-              f"{'finished' if f.finished else 'unfinished'})")
+        print(
+            f"{'removing' if args.yes else 'would remove'} {f.path} ({f.size / 1e6:.1f} MB, "
+            f"{'finished' if f.finished else 'unfinished'})"
+        )
         if args.yes:
             remove(f)  # raises, touching nothing, if a run took the folder since the scan
     total = sum(f.size for f in doomed) / 1e6
-    print(f"{'freed' if args.yes else 'would free'} {total:.1f} MB" + ("" if args.yes else "; run again with --yes"))
+    print(
+        f"{'freed' if args.yes else 'would free'} {total:.1f} MB"
+        + ("" if args.yes else "; run again with --yes")
+    )
     return 0
 
 
@@ -179,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lehr")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("corpus", help="lay out the bundled corpus in the raw layer")
-    p.add_argument("--out", required=True, help="a folder that does not exist yet (dvc.yaml's corpus stage names it)")
+    p.add_argument(
+        "--out", required=True, help="a folder that does not exist yet (dvc.yaml's corpus stage names it)"
+    )
     p.set_defaults(func=_corpus)
     p = sub.add_parser("branches", help="list the anneal branches")
     p.add_argument("--root", help="default: the catalog's anneal_branches")
@@ -191,14 +221,21 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("export", help="export a checkpoint for use outside lehr")
     p.add_argument("checkpoint")
     p.add_argument("out")
-    p.add_argument("--hf", action="store_true", help="a Hugging Face LlamaForCausalLM folder (needs transformers)")
-    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on; either "
-                                       "way it must be the one the checkpoint recorded (sha256)")
+    p.add_argument(
+        "--hf", action="store_true", help="a Hugging Face LlamaForCausalLM folder (needs transformers)"
+    )
+    p.add_argument(
+        "--tokenizer",
+        help="default: the tokenizer of the shards the checkpoint trained on; either "
+        "way it must be the one the checkpoint recorded (sha256)",
+    )
     p.set_defaults(func=_export)
     p = sub.add_parser("check", help="validate every stage's params under a profile without running anything")
     p.add_argument("--env", help="the Kedro environment (profile); default: the one in conf/profile.yaml")
     p.set_defaults(func=_check)
-    p = sub.add_parser("sandbox", help="a throwaway copy of this project on a profile, as its own git + DVC repo")
+    p = sub.add_parser(
+        "sandbox", help="a throwaway copy of this project on a profile, as its own git + DVC repo"
+    )
     p.add_argument("dest")
     p.add_argument("--profile", default="smoke")
     p.set_defaults(func=_sandbox)
@@ -207,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_runs)
     p = sub.add_parser("prune", help="remove rolling run folders that nothing in the workspace came from")
     p.add_argument("--env", help="the profile whose catalog gives the folders; default: the one in force")
-    p.add_argument("--unfinished", action="store_true", help="also runs that stopped part way (their progress is lost)")
+    p.add_argument(
+        "--unfinished", action="store_true", help="also runs that stopped part way (their progress is lost)"
+    )
     p.add_argument("--yes", action="store_true", help="remove them; without it, only say what would go")
     p.set_defaults(func=_prune)
     args = parser.parse_args(argv)

@@ -37,17 +37,26 @@ def untracked(project: Path, env: str) -> list[str]:
         root = project / "conf" / folder
         for f in sorted(root.rglob("*")) if root.is_dir() else []:
             rel = f.relative_to(root)
-            if not (f.is_file() and f.suffix in (".yml", ".yaml") and any(p.startswith("parameters") for p in rel.parts)):
+            if not (
+                f.is_file()
+                and f.suffix in (".yml", ".yaml")
+                and any(p.startswith("parameters") for p in rel.parts)
+            ):
                 continue
             path = f"conf/{folder}/{rel}"
             keys = set(yaml.safe_load(f.read_text()) or {})
             known = tracked.get(path, set())
             loose = sorted((keys & staged) - known) if "*" not in known else []
             if loose:
-                where = (f"put them under their section in conf/{folder}/parameters_<stage>.yml" if path not in tracked
-                         else f"{path} may hold only {', '.join(sorted(known))}")
-                problems.append(f"{path} sets {', '.join(loose)}, which no stage in dvc.yaml tracks as params, so DVC "
-                                f"would not re-run a stage for it: {where}")
+                where = (
+                    f"put them under their section in conf/{folder}/parameters_<stage>.yml"
+                    if path not in tracked
+                    else f"{path} may hold only {', '.join(sorted(known))}"
+                )
+                problems.append(
+                    f"{path} sets {', '.join(loose)}, which no stage in dvc.yaml tracks as params, so DVC "
+                    f"would not re-run a stage for it: {where}"
+                )
     return problems
 
 

@@ -38,8 +38,12 @@ class AutoAnnealParams(Part):
     stall_eps: float  # nats per token; a smaller gain counts as a stall
 
     def check(self) -> None:
-        require(0 < self.min_fraction <= self.max_fraction < 1, "min_fraction", self.min_fraction,
-                f"and max_fraction = {self.max_fraction} must satisfy 0 < min_fraction <= max_fraction < 1")
+        require(
+            0 < self.min_fraction <= self.max_fraction < 1,
+            "min_fraction",
+            self.min_fraction,
+            f"and max_fraction = {self.max_fraction} must satisfy 0 < min_fraction <= max_fraction < 1",
+        )
         require(self.stall_window >= 2, "stall_window", self.stall_window, "must be at least 2")
 
 
@@ -84,26 +88,43 @@ class AnnealParams(Section):
         require(self.decay_steps >= 0, "decay_steps", self.decay_steps, "must be >= 0")
         require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must lie in (0, 1)")
         require(self.min_lr >= 0, "min_lr", self.min_lr, "must be >= 0")
-        require(bool(self.mix) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], dict)
-                                       for p in self.mix),
-                "mix", self.mix, "must be a list of [end_fraction, {tier: weight}] pairs")
+        require(
+            bool(self.mix)
+            and all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], dict) for p in self.mix
+            ),
+            "mix",
+            self.mix,
+            "must be a list of [end_fraction, {tier: weight}] pairs",
+        )
         ends = [p[0] for p in self.mix]
-        require(all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e <= 1 for e in ends)
-                and ends == sorted(ends) and len(set(ends)) == len(ends), "mix", self.mix,
-                f"has phase end fractions {ends}: they must rise strictly within (0, 1], "
-                f"e.g. [[0.5, {{silver: 1}}], [1.0, {{gold: 1}}]]")
+        require(
+            all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e <= 1 for e in ends)
+            and ends == sorted(ends)
+            and len(set(ends)) == len(ends),
+            "mix",
+            self.mix,
+            f"has phase end fractions {ends}: they must rise strictly within (0, 1], "
+            f"e.g. [[0.5, {{silver: 1}}], [1.0, {{gold: 1}}]]",
+        )
         for i, (_, weights) in enumerate(self.mix):
             check_mix(weights, f"mix[{i}]")
         require_seed("data_seed", self.data_seed)
-        require(self.branch == "" or self.branch.replace("-", "").replace("_", "").replace(".", "").isalnum(),
-                "branch", self.branch, "must be a plain folder name (letters, digits, - _ .)")
+        require(
+            self.branch == "" or self.branch.replace("-", "").replace("_", "").replace(".", "").isalnum(),
+            "branch",
+            self.branch,
+            "must be a plain folder name (letters, digits, - _ .)",
+        )
         require(self.patience >= 0, "patience", self.patience, "must be >= 0 (0 = off)")
         require_positive(self, "eval_every")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvaluateParams(Section):
-    branches: list[str] | str  # anneal branches to report besides the current one; [all] = every branch; or a+b
+    branches: (
+        list[str] | str
+    )  # anneal branches to report besides the current one; [all] = every branch; or a+b
     eval_windows: int  # held-out windows per source (more than during training: a final figure)
     sample_prompt: str
     sample_tokens: int
@@ -124,8 +145,14 @@ class SoupParams(Section):
         object.__setattr__(self, "branches", names(self.branches))
 
 
-SECTIONS = {"tokenize": TokenizeParams, "shard": ShardParams, "pretrain": PretrainParams, "anneal": AnnealParams,
-            "evaluate": EvaluateParams, "soup": SoupParams}
+SECTIONS = {
+    "tokenize": TokenizeParams,
+    "shard": ShardParams,
+    "pretrain": PretrainParams,
+    "anneal": AnnealParams,
+    "evaluate": EvaluateParams,
+    "soup": SoupParams,
+}
 
 
 def check_all(parameters: dict) -> list[str]:

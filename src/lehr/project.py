@@ -19,8 +19,9 @@ def catalog_paths(project: Path, env: str | None = None) -> dict[str, Path]:
     """Dataset name -> its path (``path`` or ``filepath``), under ``env`` (default: the profile in force)."""
     from kedro.config import OmegaConfigLoader
 
-    loader = OmegaConfigLoader(conf_source=str(project / "conf"), base_env="base",
-                               default_run_env=env or profile_in_force(project))
+    loader = OmegaConfigLoader(
+        conf_source=str(project / "conf"), base_env="base", default_run_env=env or profile_in_force(project)
+    )
     out = {}
     for name, spec in loader["catalog"].items():
         where = spec.get("path") or spec.get("filepath") if isinstance(spec, dict) else None

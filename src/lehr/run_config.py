@@ -23,7 +23,8 @@ def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
     vocab = manifest["tokenizer"]["vocab_size"]
     if p.model.vocab_size is not None and p.model.vocab_size != vocab:
         raise ValueError(
-            f"vocab mismatch: pretrain.model.vocab_size = {p.model.vocab_size} but the tokenizer of the shards "
+            f"vocab mismatch: pretrain.model.vocab_size = {p.model.vocab_size} but the tokenizer of the "
+            "shards "
             f"in {manifest['root']} has {vocab} tokens. Remove pretrain.model.vocab_size (it defaults to the "
             f"tokenizer's) or re-run tokenize with tokenize.vocab_size: {p.model.vocab_size}."
         )
@@ -33,8 +34,13 @@ def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
 def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) -> dict:
     """The settings a stage run takes from ``pretrain`` as they are: every shared config part."""
     parts = {k: v for part in SHARED_PARTS for k, v in p.part(part).items()}
-    return dict(parts, model=model_config(p, manifest), shards=manifest["root"], out_dir=str(out_dir),
-                provenance=provenance)
+    return dict(
+        parts,
+        model=model_config(p, manifest),
+        shards=manifest["root"],
+        out_dir=str(out_dir),
+        provenance=provenance,
+    )
 
 
 def _key(*parts) -> str:
@@ -52,15 +58,21 @@ def stable_config(p: PretrainParams, manifest: dict, runs_root: Path, provenance
     aa = p.auto_anneal
     rule = StopRule(
         planned_step=p.planned_anneal_step,
-        min_step=int(p.total_steps * aa.min_fraction), max_step=int(p.total_steps * aa.max_fraction),
+        min_step=int(p.total_steps * aa.min_fraction),
+        max_step=int(p.total_steps * aa.max_fraction),
         auto=aa.enabled and p.schedule == "wsd",  # the cosine baseline stops where planned: equal tokens
-        stall_window=aa.stall_window, stall_eps=aa.stall_eps, save_to="",
+        stall_window=aa.stall_window,
+        stall_eps=aa.stall_eps,
+        save_to="",
     )
     cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance), stop_rule=rule)
-    name = p.run_name or "auto-" + _key(cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"])
+    name = p.run_name or "auto-" + _key(
+        cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"]
+    )
     run_dir = runs_root / name
-    return dataclasses.replace(cfg, out_dir=str(run_dir),
-                               stop_rule=dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal")))
+    return dataclasses.replace(
+        cfg, out_dir=str(run_dir), stop_rule=dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"))
+    )
 
 
 def decay_steps(p: PretrainParams, a: AnnealParams) -> int:
@@ -84,8 +96,9 @@ def branch_name(p: PretrainParams, a: AnnealParams) -> str:
     return f"{kind}-{decay_steps(p, a)}-{digest}"
 
 
-def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal: Path, run_dir: Path,
-                  provenance: dict) -> TrainConfig:
+def anneal_config(
+    p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal: Path, run_dir: Path, provenance: dict
+) -> TrainConfig:
     """Branch from ``pre_anneal`` and decay (WSD) or finish the cosine (baseline) on the anneal mix."""
     state = json.loads((pre_anneal / "state.json").read_text())
     start = state["progress"]["step"]
@@ -94,10 +107,18 @@ def anneal_config(p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal
     end = p.total_steps if p.schedule == "cosine" else start + length
     _check_same_profile(state, model_config(p, manifest), provenance, pre_anneal)
     shared = _shared(p, manifest, run_dir, provenance) | dict(
-        data_seed=a.data_seed, eval_every=a.eval_every, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr)
+        data_seed=a.data_seed, eval_every=a.eval_every, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr
+    )
     return TrainConfig(
-        **shared, anneal_mix=a.mix, anneal_start=start, anneal_steps=end - start, decay_shape=a.shape, end_step=end,
-        init_from=str(pre_anneal), init_optimizer=a.init_optimizer, patience=a.patience,
+        **shared,
+        anneal_mix=a.mix,
+        anneal_start=start,
+        anneal_steps=end - start,
+        decay_shape=a.shape,
+        end_step=end,
+        init_from=str(pre_anneal),
+        init_optimizer=a.init_optimizer,
+        patience=a.patience,
         patience_from_step=start + (end - start) // 2,
     )
 
@@ -108,10 +129,14 @@ def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_a
     theirs, ours = state.get("provenance", {}).get("profile"), provenance.get("profile")
     if theirs and ours and theirs != ours and state["config"]["model"] != dataclasses.asdict(model):
         raise ValueError(
-            f"refusing to branch from {pre_anneal}: it was made under the {theirs} profile, and this run is under "
-            f"{ours}, whose model differs. Run the anneal under the same profile (`kedro run --pipeline anneal "
-            f"--env {theirs}`), or train pre_anneal under {ours} first (`kedro run --pipeline pretrain_stable "
-            f"--env {ours}`). The profile `dvc repro` and a bare `kedro run` use is the one in conf/profile.yaml."
+            f"refusing to branch from {pre_anneal}: it was made under the {theirs} profile, and this run "
+            "is under "
+            f"{ours}, whose model differs. Run the anneal under the same profile (`kedro run --pipeline "
+            "anneal "
+            f"--env {theirs}`), or train pre_anneal under {ours} first (`kedro run --pipeline "
+            "pretrain_stable "
+            f"--env {ours}`). The profile `dvc repro` and a bare `kedro run` use is the one in "
+            "conf/profile.yaml."
         )
 
 
@@ -121,8 +146,10 @@ def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
     tracking.mark_attempt(cfg.out_dir)
     summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
     if summary["stopped"] == "signal":
-        raise RuntimeError(f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
-                           f"{summary['out_dir']}: run the stage again to resume")
+        raise RuntimeError(
+            f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
+            f"{summary['out_dir']}: run the stage again to resume"
+        )
     return summary
 
 

@@ -22,8 +22,9 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
     ``corpus``, that folder stands in for the bundled corpus (the ``corpus`` stage then leaves it)."""
     if dest.exists():
         if not (dest / MARKER).is_file():
-            raise FileExistsError(f"{dest} exists and is not a lehr sandbox: lehr leaves it as it is; "
-                                  f"choose another folder")
+            raise FileExistsError(
+                f"{dest} exists and is not a lehr sandbox: lehr leaves it as it is; choose another folder"
+            )
         shutil.rmtree(dest)  # an earlier sandbox, which lehr made
     if not (project / "conf" / profile).is_dir() and profile != "local":
         raise ValueError(f"no profile {profile!r}: the profiles are the folders of {project / 'conf'}")
@@ -31,20 +32,30 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
     for name in COPIED:
         src = project / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local",
-                                                                           ".ipynb_checkpoints"))
+            shutil.copytree(
+                src,
+                dest / name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local", ".ipynb_checkpoints"),
+            )
         elif src.is_file():
             shutil.copy2(src, dest / name)
-    shutil.copytree(project / "conf" / "local", dest / "conf" / "local", ignore=lambda d, names: [
-        n for n in names if not _tracked(project, Path(d) / n)])
+    shutil.copytree(
+        project / "conf" / "local",
+        dest / "conf" / "local",
+        ignore=lambda d, names: [n for n in names if not _tracked(project, Path(d) / n)],
+    )
     (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
     (dest / MARKER).write_text(f"a lehr sandbox of {project.resolve()}; `make smoke` replaces it\n")
     if corpus is not None:
         shutil.copytree(corpus, dest / "data" / "01_raw" / "bundled")
     # A throwaway repo commits under its own name: a fresh machine may have no git identity.
     who = ["-c", "user.name=lehr sandbox", "-c", "user.email=sandbox@lehr.invalid"]
-    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
-                ["git", *who, "commit", "-qm", f"lehr sandbox on the {profile} profile"]):
+    for cmd in (
+        ["git", "init", "-q"],
+        [sys.executable, "-m", "dvc", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", *who, "commit", "-qm", f"lehr sandbox on the {profile} profile"],
+    ):
         subprocess.run(cmd, cwd=dest, check=True)
     return dest
 

@@ -11,7 +11,6 @@ from lehr.tracking.hooks import MlflowTracking
 HOOKS = (ConfigInForce(), MlflowTracking())
 
 
-
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",

@@ -12,7 +12,9 @@ from lehr.engine.loop import train
 
 
 def losses(summary: dict) -> list[float]:
-    rows = [json.loads(line) for line in (Path(summary["out_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (Path(summary["out_dir"]) / "metrics.jsonl").read_text().splitlines()
+    ]
     return [r["loss"] for r in rows if r["kind"] == "train"]
 
 

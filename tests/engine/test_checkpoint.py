@@ -19,8 +19,13 @@ from lehr.engine.model import Transformer, preset
 
 
 def _save(rolling: Rolling, step: int, model: torch.nn.Module) -> Path:
-    return rolling.save(step, model=model, optimizer_state={"optimizer": {}, "scaler": {}},
-                        state={"progress": {"step": step}}, rng_per_rank=[checkpoint.rng_state()])
+    return rolling.save(
+        step,
+        model=model,
+        optimizer_state={"optimizer": {}, "scaler": {}},
+        state={"progress": {"step": step}},
+        rng_per_rank=[checkpoint.rng_state()],
+    )
 
 
 def test_rolling_keeps_last_k_and_points_at_the_newest(tmp_path):
@@ -66,10 +71,12 @@ root, which, limit = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 model = Transformer(preset("tiny", 64))
 big = {"optimizer": {"m": torch.zeros(400_000)}, "scaler": {}}
 rolling = Rolling(root / "checkpoints", keep_last=3)
-save = lambda step, opt: rolling.save(step, model=model, optimizer_state=opt, state={"progress": {"step": step}},
+save = lambda step, opt: rolling.save(step, model=model, optimizer_state=opt,
+                                      state={"progress": {"step": step}},
                                       rng_per_rank=[checkpoint.rng_state()])
 tokens = lambda n: {"train/a": lambda: iter([np.arange(n, dtype=np.uint16)])}
-shards = lambda n: write_shard_set(root / "shards", tokens(n), {"train/a": {"n_tokens": n}}, np.uint16, 1 << 20, {}, "{}")
+shards = lambda n: write_shard_set(root / "shards", tokens(n), {"train/a": {"n_tokens": n}}, np.uint16,
+                                   1 << 20, {}, "{}")
 save(10, {"optimizer": {}, "scaler": {}})
 shards(1000)
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -86,12 +93,18 @@ def test_a_real_full_disk_leaves_the_previous_artifact_intact(tmp_path, which, l
     OSError let through: this writes for real under RLIMIT_FSIZE, nothing patched."""
     import json
 
-    out = subprocess.run([sys.executable, "-c", _LIMITED_WRITE, str(tmp_path), which, str(limit)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _LIMITED_WRITE, str(tmp_path), which, str(limit)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if which == "checkpoint":
         assert result["type"] == "CheckpointError", result
-        assert "disk is full or unwritable" in result["message"] and "previous checkpoint" in result["message"]
+        assert (
+            "disk is full or unwritable" in result["message"] and "previous checkpoint" in result["message"]
+        )
         rolling = Rolling(tmp_path / "checkpoints", keep_last=3)
         path, state = rolling.latest_valid()
         assert path.name == "step_00000010" and (rolling.root / "latest").read_text() == "step_00000010"
@@ -133,7 +146,12 @@ def test_a_killed_writers_leftovers_are_cleared_and_a_parked_checkpoint_put_back
     finally:
         live.kill()
         live.wait()
-    assert sorted(p.name for p in rolling.root.iterdir()) == [busy.name, "latest", "step_00000010", "step_00000030"]
+    assert sorted(p.name for p in rolling.root.iterdir()) == [
+        busy.name,
+        "latest",
+        "step_00000010",
+        "step_00000030",
+    ]
     assert list((tmp_path / "run").iterdir()) == [rolling.root]
     path, state = rolling.latest_valid()
     assert path == step30 and state["progress"]["step"] == 30
@@ -171,7 +189,9 @@ def test_every_torch_load_in_the_source_is_weights_only():
 
 
 def test_missing_initial_checkpoint_says_what_to_run(tiny_config, tmp_path):
-    with pytest.raises(CheckpointError, match="initial checkpoint .* does not exist: run the pretrain_stable stage"):
+    with pytest.raises(
+        CheckpointError, match="initial checkpoint .* does not exist: run the pretrain_stable stage"
+    ):
         train(tiny_config(init_from=str(tmp_path / "pre_anneal")))
 
 
@@ -179,4 +199,6 @@ def test_branch_from_another_model_config_is_refused(tiny_config, tmp_path):
     train(tiny_config(out_dir=str(tmp_path / "base"), total_steps=10))
     other = preset("tiny", 512, d_ff=128)
     with pytest.raises(CheckpointError, match=r"another model.d_ff"):
-        train(tiny_config(model=other, out_dir=str(tmp_path / "b"), init_from=str(tmp_path / "base" / "final")))
+        train(
+            tiny_config(model=other, out_dir=str(tmp_path / "b"), init_from=str(tmp_path / "base" / "final"))
+        )

@@ -27,8 +27,14 @@ def test_two_gloo_workers_match_one_process(tiny_config, tmp_path):
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
     # The logged loss is the whole batch's under DDP too (the mean over ranks), not rank 0's share.
-    losses = [[(r["step"], r["loss"]) for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
-               if r["kind"] == "train"] for run in ("one", "two")]
+    losses = [
+        [
+            (r["step"], r["loss"])
+            for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "train"
+        ]
+        for run in ("one", "two")
+    ]
     assert [s for s, _ in losses[0]] == [s for s, _ in losses[1]]
     for (_, x), (_, y) in zip(*losses):
         assert abs(x - y) < 1e-4, losses

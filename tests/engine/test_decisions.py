@@ -48,7 +48,9 @@ def _evals(*losses, start=10, every=10):
     return [{"step": start + i * every, "heldout": {"loss": loss}} for i, loss in enumerate(losses)]
 
 
-RULE = StopRule(planned_step=80, min_step=50, max_step=90, auto=True, stall_window=4, stall_eps=0.01, save_to="")
+RULE = StopRule(
+    planned_step=80, min_step=50, max_step=90, auto=True, stall_window=4, stall_eps=0.01, save_to=""
+)
 
 
 def test_auto_anneal_waits_for_min_step_then_starts_on_a_stall():
@@ -98,7 +100,11 @@ def test_divergence_aborts_at_its_limit_except_under_fp16_loss_scaling():
 
 def test_the_config_chooses_the_policies(tiny_config):
     assert policies(tiny_config()) == []
-    assert [type(p) for p in policies(tiny_config(stop_rule=RULE, patience=3))] == [AutoAnneal, AnnealCap, EarlyStop]
+    assert [type(p) for p in policies(tiny_config(stop_rule=RULE, patience=3))] == [
+        AutoAnneal,
+        AnnealCap,
+        EarlyStop,
+    ]
     assert [type(p) for p in policies(tiny_config(stop_rule=replace(RULE, auto=False)))] == [PlannedAnneal]
 
 

@@ -19,7 +19,9 @@ def test_plain_and_hf_llama_exports(tiny_config, smoke_shards, tmp_path):
     tok = str(smoke_shards / "tokenizer.json")
     assert main(["export", str(ckpt), str(tmp_path / "plain"), "--tokenizer", tok]) == 0
     config = json.loads((tmp_path / "plain" / "config.json").read_text())
-    assert config["vocab_size"] == 512 and "lm_head.weight" not in load_file(tmp_path / "plain" / "model.safetensors")
+    assert config["vocab_size"] == 512 and "lm_head.weight" not in load_file(
+        tmp_path / "plain" / "model.safetensors"
+    )
 
     assert main(["export", str(ckpt), str(tmp_path / "hf"), "--hf", "--tokenizer", tok]) == 0
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -31,7 +33,9 @@ def test_plain_and_hf_llama_exports(tiny_config, smoke_shards, tmp_path):
         torch.testing.assert_close(hf(ids).logits, ours(ids)[0], rtol=1e-4, atol=1e-4)
 
 
-def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(tiny_config, smoke_shards, tmp_path):
+def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(
+    tiny_config, smoke_shards, tmp_path
+):
     train(tiny_config(total_steps=5))
     ckpt = tmp_path / "run" / "final"
     before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
@@ -43,4 +47,6 @@ def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(tiny_c
     assert main(["export", str(ckpt), str(tmp_path / "out"), "--tokenizer", str(other)]) == 2
     assert not (tmp_path / "out").exists()
     assert main(["export", str(ckpt), str(tmp_path / "out")]) == 0  # the shards' tokenizer, which matches
-    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (smoke_shards / "tokenizer.json").read_bytes()
+    assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (
+        smoke_shards / "tokenizer.json"
+    ).read_bytes()

@@ -35,7 +35,9 @@ def test_fp8_differs_from_bf16_but_stays_close(tiny_config, tmp_path):
     curves = {}
     for precision in ("bf16", "fp8"):
         summary = train(tiny_config(out_dir=str(tmp_path / precision), precision=precision, **run))
-        rows = [json.loads(line) for line in (Path(summary["out_dir"]) / "metrics.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(line) for line in (Path(summary["out_dir"]) / "metrics.jsonl").read_text().splitlines()
+        ]
         curves[precision] = torch.tensor([r["loss"] for r in rows if r["kind"] == "train"])
     assert not torch.equal(curves["fp8"], curves["bf16"])  # the FP8 layers are really in the path
     assert torch.allclose(curves["fp8"], curves["bf16"], rtol=0.02)

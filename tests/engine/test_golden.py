@@ -18,7 +18,9 @@ GOLDEN = Path(__file__).with_name("golden_tiny_losses.json")
 
 def test_tiny_model_first_20_steps_match_golden(tiny_config):
     summary = train(tiny_config(total_steps=20, log_every=1, eval_every=1000, ckpt_every=1000))
-    rows = [json.loads(line) for line in (Path(summary["out_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (Path(summary["out_dir"]) / "metrics.jsonl").read_text().splitlines()
+    ]
     losses = [r["loss"] for r in rows if r["kind"] == "train"]
     assert len(losses) == 20
     if os.environ.get("LEHR_UPDATE_GOLDEN"):

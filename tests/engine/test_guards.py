@@ -38,15 +38,18 @@ def test_consecutive_non_finite_steps_abort_and_keep_the_last_checkpoint(tiny_co
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"lr": 0.0}, "lr = 0.0 must be positive"),
-    ({"lr": -1e-3}, "lr = -0.001 must be positive"),
-    ({"batch_size": 6, "micro_batch": 4}, "batch_size = 6 is not a multiple of micro_batch 4"),
-    ({"decay_shape": "sqrt"}, "decay_shape = 'sqrt' must be one of linear, cosine, 1-sqrt"),
-    ({"attention": "fast"}, "attention = 'fast' must be one of auto, flash, efficient, cudnn, math"),
-    ({"stable_mix": {"gold": 0.0}}, r"stable_mix.gold = 0.0 must be a positive number"),
-    ({"beta2": 1.0}, r"beta2 = 1.0 must lie in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"lr": 0.0}, "lr = 0.0 must be positive"),
+        ({"lr": -1e-3}, "lr = -0.001 must be positive"),
+        ({"batch_size": 6, "micro_batch": 4}, "batch_size = 6 is not a multiple of micro_batch 4"),
+        ({"decay_shape": "sqrt"}, "decay_shape = 'sqrt' must be one of linear, cosine, 1-sqrt"),
+        ({"attention": "fast"}, "attention = 'fast' must be one of auto, flash, efficient, cudnn, math"),
+        ({"stable_mix": {"gold": 0.0}}, r"stable_mix.gold = 0.0 must be a positive number"),
+        ({"beta2": 1.0}, r"beta2 = 1.0 must lie in \[0, 1\)"),
+    ],
+)
 def test_config_rejects_bad_values(tiny_config, change, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**change)

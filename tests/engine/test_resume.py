@@ -32,7 +32,9 @@ def assert_same_final(a: Path, b: Path) -> None:
     assert oa["scaler"] == ob["scaler"]
     ra, rb = (torch.load(run / "final" / "rng_rank0.pt", weights_only=True) for run in (a, b))
     assert ra["python"] == rb["python"] and torch.equal(ra["torch"], rb["torch"])
-    assert all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(ra["numpy"], rb["numpy"]))
+    assert all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(ra["numpy"], rb["numpy"])
+    )
 
 
 def train_curve(run: Path) -> list[tuple[int, float]]:
@@ -72,11 +74,18 @@ def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_
     cfg_path = tmp_path / "job.json"
     straight = tmp_path / "straight"
     train(tiny_config(out_dir=str(straight), total_steps=300, ckpt_every=1000, eval_every=1000))
-    job = {"config": tiny_config(out_dir=str(tmp_path / "killed"), total_steps=300, ckpt_every=1000,
-                                 eval_every=1000).to_dict(), "callbacks": []}
+    job = {
+        "config": tiny_config(
+            out_dir=str(tmp_path / "killed"), total_steps=300, ckpt_every=1000, eval_every=1000
+        ).to_dict(),
+        "callbacks": [],
+    }
     cfg_path.write_text(json.dumps(job))
-    proc = subprocess.Popen([sys.executable, "-m", "lehr.engine.worker", str(cfg_path), str(tmp_path / "s.json")],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lehr.engine.worker", str(cfg_path), str(tmp_path / "s.json")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics = tmp_path / "killed" / "metrics.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 4):
@@ -89,7 +98,9 @@ def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_
     assert "SIGTERM received" in err
     latest = (tmp_path / "killed" / "checkpoints" / "latest").read_text().strip()
     assert latest == f"step_{summary['step']:08d}"  # the checkpoint is of the very step it stopped at
-    resumed = train(tiny_config(out_dir=str(tmp_path / "killed"), total_steps=300, ckpt_every=1000, eval_every=1000))
+    resumed = train(
+        tiny_config(out_dir=str(tmp_path / "killed"), total_steps=300, ckpt_every=1000, eval_every=1000)
+    )
     assert resumed["mode"] == "resume" and resumed["step"] == 300
     assert_same_final(straight, tmp_path / "killed")
 
@@ -108,11 +119,27 @@ def test_resume_under_changed_math_is_refused_naming_keys(tiny_config, tmp_path)
 def test_branch_from_an_initial_checkpoint(tiny_config, tmp_path):
     train(tiny_config(out_dir=str(tmp_path / "base"), total_steps=20))
     start = tmp_path / "base" / "final"
-    s = train(tiny_config(out_dir=str(tmp_path / "branch"), init_from=str(start), data_seed=5,
-                          anneal_start=20, anneal_steps=10, end_step=30))
+    s = train(
+        tiny_config(
+            out_dir=str(tmp_path / "branch"),
+            init_from=str(start),
+            data_seed=5,
+            anneal_start=20,
+            anneal_steps=10,
+            end_step=30,
+        )
+    )
     assert s["mode"] == "branch" and s["step"] == 30
-    again = train(tiny_config(out_dir=str(tmp_path / "branch"), init_from=str(start), data_seed=5,
-                              anneal_start=20, anneal_steps=10, end_step=30))
+    again = train(
+        tiny_config(
+            out_dir=str(tmp_path / "branch"),
+            init_from=str(start),
+            data_seed=5,
+            anneal_start=20,
+            anneal_steps=10,
+            end_step=30,
+        )
+    )
     assert again["mode"] == "resume"  # its own folder wins over the initial checkpoint
     assert os.path.isdir(tmp_path / "branch" / "best")
 

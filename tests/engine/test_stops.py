@@ -70,14 +70,18 @@ def test_an_exception_inside_eval_after_a_checkpoint_loses_nothing(tiny_config, 
 
 
 def _workers() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True)
-            if "lehr.engine.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "lehr.engine.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+    ]
 
 
 @pytest.mark.slow
 def test_a_signal_to_one_rank_stops_both_at_the_same_step(tiny_config, tmp_path):
-    cfg = tiny_config(out_dir=str(tmp_path / "run"), total_steps=5000, micro_batch=2, ckpt_every=10_000,
-                      eval_every=10_000)
+    cfg = tiny_config(
+        out_dir=str(tmp_path / "run"), total_steps=5000, micro_batch=2, ckpt_every=10_000, eval_every=10_000
+    )
     summary: dict = {}
     launcher = threading.Thread(target=lambda: summary.update(run(cfg, Launch(nproc_per_node=2))))
     launcher.start()
@@ -88,18 +92,27 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step(tiny_config, tmp_path)
     rank1.send_signal(signal.SIGTERM)  # rank 1 only; rank 0 hears of it at the next step's agreement
     launcher.join(timeout=300)
     assert summary["stopped"] == "signal" and 0 < summary["step"] < 5000
-    latest = tmp_path / "run" / "checkpoints" / (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    latest = (
+        tmp_path / "run" / "checkpoints" / (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    )
     assert latest.name == f"step_{summary['step']:08d}"
     # Both ranks handed their RNG state to that one checkpoint: they stopped at the same step.
     assert (latest / "rng_rank0.pt").is_file() and (latest / "rng_rank1.pt").is_file()
 
 
 @pytest.mark.slow
-def test_a_divergence_under_ddp_aborts_both_ranks_and_keeps_the_last_checkpoint(tiny_config, tmp_path,
-                                                                              monkeypatch, capfd):
+def test_a_divergence_under_ddp_aborts_both_ranks_and_keeps_the_last_checkpoint(
+    tiny_config, tmp_path, monkeypatch, capfd
+):
     monkeypatch.setenv(FAULT_ENV, "12,13,14")  # every rank's loss turns NaN on these steps
-    cfg = tiny_config(out_dir=str(tmp_path / "run"), total_steps=30, micro_batch=2, ckpt_every=10,
-                      eval_every=1000, max_consecutive_skips=3)
+    cfg = tiny_config(
+        out_dir=str(tmp_path / "run"),
+        total_steps=30,
+        micro_batch=2,
+        ckpt_every=10,
+        eval_every=1000,
+        max_consecutive_skips=3,
+    )
     with pytest.raises(RuntimeError, match="torchrun exited with code"):
         run(cfg, Launch(nproc_per_node=2))
     assert capfd.readouterr().err.count("3 consecutive non-finite steps (by step 15)") >= 2  # both ranks

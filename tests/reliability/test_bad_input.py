@@ -35,13 +35,37 @@ def kedro(repo, pipeline, *params):
 
 CASES = [
     ("unknown param key", "tokenize", ["tokenize.vocab_sise=300"], "vocab_sise"),
-    ("wrong param type", "tokenize", ["tokenize.vocab_size=big"], "tokenize.vocab_size = 'big' has the wrong type"),
-    ("vocab size out of range", "tokenize", ["tokenize.vocab_size=100"], "tokenize.vocab_size = 100 is out of range"),
+    (
+        "wrong param type",
+        "tokenize",
+        ["tokenize.vocab_size=big"],
+        "tokenize.vocab_size = 'big' has the wrong type",
+    ),
+    (
+        "vocab size out of range",
+        "tokenize",
+        ["tokenize.vocab_size=100"],
+        "tokenize.vocab_size = 100 is out of range",
+    ),
     ("zero learning rate", "pretrain_stable", ["pretrain.lr=0.0"], "pretrain.lr = 0.0 must be positive"),
-    ("negative learning rate", "pretrain_stable", ["pretrain.lr=-0.001"], "pretrain.lr = -0.001 must be positive"),
-    ("vocab mismatch", "pretrain_stable", ["pretrain.model.vocab_size=1000"], "vocab mismatch: pretrain.model.vocab_size = 1000"),
-    ("sequence longer than a shard", "pretrain_stable", ["pretrain.model.overrides.seq_len=9000"],
-     "model.seq_len = 9000 is longer than every shard"),
+    (
+        "negative learning rate",
+        "pretrain_stable",
+        ["pretrain.lr=-0.001"],
+        "pretrain.lr = -0.001 must be positive",
+    ),
+    (
+        "vocab mismatch",
+        "pretrain_stable",
+        ["pretrain.model.vocab_size=1000"],
+        "vocab mismatch: pretrain.model.vocab_size = 1000",
+    ),
+    (
+        "sequence longer than a shard",
+        "pretrain_stable",
+        ["pretrain.model.overrides.seq_len=9000"],
+        "model.seq_len = 9000 is longer than every shard",
+    ),
     ("more processes than devices", "pretrain_stable", ["pretrain.launch.nproc_per_node=512"], "exceeds the"),
     ("config drift on resume", "pretrain_stable", ["pretrain.weight_decay=0.3"], "weight_decay differ"),
     ("unknown anneal branch", "evaluate", ["evaluate.branches=[nope]"], "unknown anneal branch(es) nope"),
@@ -53,7 +77,17 @@ def test_bad_param_is_refused_and_nothing_changes(repo, name, pipeline, params, 
     before = snapshot(repo)
     if name == "config drift on resume":  # make a checkpoint to drift from: stop the stable run early
         shutil.rmtree(repo / "data/06_models/stable_run", ignore_errors=True)
-        sh(repo, "kedro", "run", "--pipeline", "pretrain_stable", "--env", "smoke", "--params", "pretrain.run_name=drift")
+        sh(
+            repo,
+            "kedro",
+            "run",
+            "--pipeline",
+            "pretrain_stable",
+            "--env",
+            "smoke",
+            "--params",
+            "pretrain.run_name=drift",
+        )
         before = snapshot(repo)
         params = [*params, "pretrain.run_name=drift"]
     out = kedro(repo, pipeline, *params)
@@ -89,10 +123,17 @@ def test_non_utf8_file(repo):
     assert snapshot(repo) == before
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("zz.jsonl", b'{"body": "no text here"}\n', "zz.jsonl:1: no 'text' field; the fields are: body"),
-    ("zz.jsonl.gz", b"\x1f\x8b\x08\x00broken", "zz.jsonl.gz: the compressed stream is truncated or corrupt"),
-])
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("zz.jsonl", b'{"body": "no text here"}\n', "zz.jsonl:1: no 'text' field; the fields are: body"),
+        (
+            "zz.jsonl.gz",
+            b"\x1f\x8b\x08\x00broken",
+            "zz.jsonl.gz: the compressed stream is truncated or corrupt",
+        ),
+    ],
+)
 def test_bad_corpus_file(repo, name, data, message):
     before = snapshot(repo)
     bad = repo / "data/01_raw/bundled/gold" / name

@@ -62,19 +62,32 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
     for i in range(KILLS):
         debris = present(run_dir, ".tmp-step_*")
         started = time.time()
-        proc = subprocess.Popen(["dvc", "repro", stage], cwd=repo, env={**env(), SLOW_WRITE_ENV: "0.4"},
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            ["dvc", "repro", stage],
+            cwd=repo,
+            env={**env(), SLOW_WRITE_ENV: "0.4"},
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline, command = started + 90, None
         while time.time() < deadline and proc.poll() is None and command is None:
             command = stage_command(proc)
             time.sleep(0.01)
         if i % 2 == 0:  # aim inside a checkpoint write: its temporary folder exists only then
-            while time.time() < deadline and proc.poll() is None and not present(run_dir, ".tmp-step_*") - debris:
+            while (
+                time.time() < deadline
+                and proc.poll() is None
+                and not present(run_dir, ".tmp-step_*") - debris
+            ):
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.0, 0.3))
         else:  # anywhere in training, once this attempt has logged
-            while time.time() < deadline and proc.poll() is None and not any(
-                    m.stat().st_mtime > started for m in present(run_dir, "metrics.jsonl")):
+            while (
+                time.time() < deadline
+                and proc.poll() is None
+                and not any(m.stat().st_mtime > started for m in present(run_dir, "metrics.jsonl"))
+            ):
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.2, 2.0))
         if proc.poll() is None and command is not None and command.is_running():
@@ -91,35 +104,62 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, smoke_repo, cor
         sh(repo, "dvc", "repro", stage)
     landed = kill_repeatedly(repo, "pretrain_stable", repo / "data/06_models/stable_run", seed=1)
     out = sh(repo, "dvc", "repro", "pretrain_stable")
-    print(f"\npretrain_stable: {landed}/{KILLS} kills landed mid-run; final repro: "
-          f"{'resumed' if 'resumed from checkpoint' in out.stderr else 'ran'}")
+    print(
+        f"\npretrain_stable: {landed}/{KILLS} kills landed mid-run; final repro: "
+        f"{'resumed' if 'resumed from checkpoint' in out.stderr else 'ran'}"
+    )
     assert landed >= KILLS - 1
     assert not list((repo / "data/06_models/stable_run").rglob(".tmp-*")), "a killed write's leftovers remain"
-    assert same_weights(reference / "pre_anneal.safetensors",
-                        repo / "data/06_models/pre_anneal/model.safetensors")
+    assert same_weights(
+        reference / "pre_anneal.safetensors", repo / "data/06_models/pre_anneal/model.safetensors"
+    )
 
     landed = kill_repeatedly(repo, "anneal", repo / "data/06_models/anneal_runs", seed=2)
     sh(repo, "dvc", "repro", "anneal")
     print(f"anneal: {landed}/{KILLS} kills landed mid-run")
     assert landed >= KILLS - 1
-    assert not list((repo / "data/06_models/anneal_runs").rglob(".tmp-*")), "a killed write's leftovers remain"
+    assert not list((repo / "data/06_models/anneal_runs").rglob(".tmp-*")), (
+        "a killed write's leftovers remain"
+    )
     (branch,) = [p.name for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")]
-    assert same_weights(reference / "anneal" / f"{branch}.safetensors",
-                        repo / f"data/06_models/anneal/{branch}/final/model.safetensors")
+    assert same_weights(
+        reference / "anneal" / f"{branch}.safetensors",
+        repo / f"data/06_models/anneal/{branch}/final/model.safetensors",
+    )
 
 
 def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_config, tmp_path):
     def job(name: str) -> Path:
-        cfg = tiny_config(out_dir=str(tmp_path / name), total_steps=240, micro_batch=2, ckpt_every=20,
-                          eval_every=1000, log_every=10)
+        cfg = tiny_config(
+            out_dir=str(tmp_path / name),
+            total_steps=240,
+            micro_batch=2,
+            ckpt_every=20,
+            eval_every=1000,
+            log_every=10,
+        )
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": []}))
         return path
 
     def torchrun(job_path: Path, summary: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                                 "--max-restarts=1", "-m", "lehr.engine.worker", str(job_path), str(summary)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                "--max-restarts=1",
+                "-m",
+                "lehr.engine.worker",
+                str(job_path),
+                str(summary),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     straight = torchrun(job("straight"), tmp_path / "straight.sum")
     assert straight.wait(timeout=300) == 0
@@ -128,12 +168,18 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     deadline = time.time() + 120
     while time.time() < deadline and not latest.exists():
         time.sleep(0.05)
-    workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "lehr.engine.worker" in " ".join(p.cmdline())]
+    workers = [
+        p
+        for p in psutil.Process(proc.pid).children(recursive=True)
+        if "lehr.engine.worker" in " ".join(p.cmdline())
+    ]
     assert len(workers) == 2
     workers[1].send_signal(signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-12000:]
     summary = json.loads((tmp_path / "killed.sum").read_text())
     assert summary["mode"] == "resume" and summary["step"] == 240
-    assert same_weights(tmp_path / "straight" / "final" / "model.safetensors",
-                        tmp_path / "killed" / "final" / "model.safetensors")
+    assert same_weights(
+        tmp_path / "straight" / "final" / "model.safetensors",
+        tmp_path / "killed" / "final" / "model.safetensors",
+    )

@@ -32,8 +32,15 @@ def repo(tmp_path_factory, corpus_dir):
 
 
 def start(repo: Path, *cmd: str) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=repo, env=env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd,
+        cwd=repo,
+        env=env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(cond, proc: subprocess.Popen, seconds: float = 120) -> None:
@@ -51,7 +58,9 @@ def running(p: psutil.Process) -> bool:
 
 
 def live_folder(root: Path) -> Path | None:
-    return next((p for p in root.glob("*") if p.is_dir() and locks.holder(p)), None) if root.is_dir() else None
+    return (
+        next((p for p in root.glob("*") if p.is_dir() and locks.holder(p)), None) if root.is_dir() else None
+    )
 
 
 def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
@@ -59,10 +68,16 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
     proc = start(repo, *STABLE, "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp")
     wait_for(lambda: (runs / "ddp/checkpoints/latest").is_file(), proc)
     family = psutil.Process(proc.pid).children(recursive=True)
-    workers = [p for p in family if "lehr.engine.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    workers = [
+        p
+        for p in family
+        if "lehr.engine.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+    ]
     assert len(workers) == 2 and all(psutil.Process(w.pid).ppid() != proc.pid for w in workers)
     killed = time.time()
-    os.killpg(proc.pid, signal.SIGKILL)  # the stage's group: kedro and torchrun; the workers have their own sessions
+    os.killpg(
+        proc.pid, signal.SIGKILL
+    )  # the stage's group: kedro and torchrun; the workers have their own sessions
     proc.wait()
     # The kernel kills each worker as its parent dies (tests/engine/test_launch.py shows the
     # mechanism alone); here it took 0.06 s. Without it, workers that lost their agent went on
@@ -97,7 +112,9 @@ def test_a_second_run_of_a_live_branch_is_refused(repo):
 
 def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo):
     runs = repo / "data/06_models/stable_run"
-    for done in runs.glob("auto-*"):  # the default configuration trains afresh, in the folder DVC's run will want
+    for done in runs.glob(
+        "auto-*"
+    ):  # the default configuration trains afresh, in the folder DVC's run will want
         shutil.rmtree(done)
     proc = start(repo, *STABLE)
     wait_for(lambda: live_folder(runs) is not None, proc)
@@ -117,8 +134,17 @@ def test_a_tracking_server_that_does_not_answer_costs_seconds_and_a_warning(repo
     uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
     try:
         # The stage finishing at all is the point; the timeout only keeps a regression from hanging CI.
-        out = sh(repo, "kedro", "run", "--pipeline", "shard", "--env", "smoke",
-                 extra_env={"LEHR_MLFLOW": "1", "MLFLOW_TRACKING_URI": uri}, timeout=600)
+        out = sh(
+            repo,
+            "kedro",
+            "run",
+            "--pipeline",
+            "shard",
+            "--env",
+            "smoke",
+            extra_env={"LEHR_MLFLOW": "1", "MLFLOW_TRACKING_URI": uri},
+            timeout=600,
+        )
     finally:
         silent.close()
     assert f"MLflow tracking at {uri} is not available" in out.stderr and "LEHR_MLFLOW=0" in out.stderr

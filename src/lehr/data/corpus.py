@@ -88,7 +88,7 @@ def _utf8_error(path: Path, raw: bytes, start: int, offset: int) -> CorpusError:
     """``raw[start]`` is the bad byte; ``offset`` is where ``raw`` starts in the file."""
     return CorpusError(
         f"{path}: not valid UTF-8 at byte offset {offset + start} "
-        f"({raw[start:start + 4]!r}). Re-encode the file as UTF-8, or set "
+        f"({raw[start : start + 4]!r}). Re-encode the file as UTF-8, or set "
         f"tokenize.on_decode_error: replace to substitute U+FFFD."
     )
 
@@ -104,8 +104,10 @@ def _open(path: Path):
     try:
         return open(path, "rb")
     except PermissionError:
-        raise CorpusError(f"{path}: cannot be read (permission denied). Fix its permissions "
-                          f"(chmod a+r) or move it out of the corpus folder.") from None
+        raise CorpusError(
+            f"{path}: cannot be read (permission denied). Fix its permissions "
+            f"(chmod a+r) or move it out of the corpus folder."
+        ) from None
 
 
 def _decompressed(path: Path) -> Iterator[bytes]:
@@ -169,8 +171,10 @@ def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
         except Exception as e:  # zstandard.ZstdError, without importing zstandard for every corpus
             if type(e).__name__ != "ZstdError":
                 raise
-            raise CorpusError(f"{path}: the compressed stream is corrupt after line {lineno} ({e}). "
-                              f"Re-download or re-compress the file.") from None
+            raise CorpusError(
+                f"{path}: the compressed stream is corrupt after line {lineno} ({e}). "
+                f"Re-download or re-compress the file."
+            ) from None
         if chunk is None:
             break
         start = 0
@@ -189,28 +193,36 @@ def _field(value, path: Path, where: str, field: str, found) -> str:
     if isinstance(value, str):
         return value
     kind = "null" if value is None else type(value).__name__
-    raise CorpusError(f"{path}:{where}: field {field!r} is {kind}, not a string; the fields are: "
-                      f"{', '.join(found)}. Fix the record, or set tokenize.text_field to the text's field.")
+    raise CorpusError(
+        f"{path}:{where}: field {field!r} is {kind}, not a string; the fields are: "
+        f"{', '.join(found)}. Fix the record, or set tokenize.text_field to the text's field."
+    )
 
 
 def _read_jsonl(path: Path, errors: str, field: str) -> Iterator[str]:
     for lineno, offset, line in _lines(path):
         if lineno == 1 and line.startswith(codecs.BOM_UTF8):
-            line, offset = line[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+            line, offset = line[len(codecs.BOM_UTF8) :], offset + len(codecs.BOM_UTF8)
         text = _decode(line, path, errors, offset)
         if not text.strip():
             continue
         try:
             record = json.loads(text)
         except json.JSONDecodeError as e:
-            raise CorpusError(f"{path}:{lineno}: not a JSON object ({e.msg} at column {e.colno}); "
-                              f"each line must be one JSON object with a {field!r} field") from None
+            raise CorpusError(
+                f"{path}:{lineno}: not a JSON object ({e.msg} at column {e.colno}); "
+                f"each line must be one JSON object with a {field!r} field"
+            ) from None
         if not isinstance(record, dict):
-            raise CorpusError(f"{path}:{lineno}: a JSON {type(record).__name__}, not an object; "
-                              f"each line must be one JSON object with a {field!r} field")
+            raise CorpusError(
+                f"{path}:{lineno}: a JSON {type(record).__name__}, not an object; "
+                f"each line must be one JSON object with a {field!r} field"
+            )
         if field not in record:
-            raise CorpusError(f"{path}:{lineno}: no {field!r} field; the fields are: {', '.join(record) or '(none)'}. "
-                              f"Set tokenize.text_field to the field that holds the text.")
+            raise CorpusError(
+                f"{path}:{lineno}: no {field!r} field; the fields are: {', '.join(record) or '(none)'}. "
+                f"Set tokenize.text_field to the field that holds the text."
+            )
         yield _field(record[field], path, str(lineno), field, record)
 
 
@@ -223,8 +235,10 @@ def _read_parquet(path: Path, field: str) -> Iterator[str]:
         raise CorpusError(f"{path}: not a readable parquet file ({e})") from None
     columns = pf.schema_arrow.names
     if field not in columns:
-        raise CorpusError(f"{path}: no {field!r} column; the columns are: {', '.join(columns)}. "
-                          f"Set tokenize.text_field to the column that holds the text.")
+        raise CorpusError(
+            f"{path}: no {field!r} column; the columns are: {', '.join(columns)}. "
+            f"Set tokenize.text_field to the column that holds the text."
+        )
     for group in range(pf.num_row_groups):
         for batch in pf.iter_batches(batch_size=1024, row_groups=[group], columns=[field]):
             for i, value in enumerate(batch.column(0).to_pylist()):
@@ -271,7 +285,11 @@ class Corpus:
             )
         files = []
         for p in sorted(self.root.rglob("*")):
-            if not p.is_file() or suffix_of(p) is None or any(part.startswith(".") for part in p.relative_to(self.root).parts):
+            if (
+                not p.is_file()
+                or suffix_of(p) is None
+                or any(part.startswith(".") for part in p.relative_to(self.root).parts)
+            ):
                 continue
             if p.stat().st_size == 0:
                 log.warning("skipping %s: the file is empty", p)

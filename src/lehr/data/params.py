@@ -29,11 +29,19 @@ class TokenizeParams(Section):
 
     def check(self) -> None:
         floor = 256 + len(self.special_tokens)
-        require(floor < self.vocab_size <= 1_000_000, "vocab_size", self.vocab_size,
-                f"is out of range: it must exceed the 256 byte tokens plus {len(self.special_tokens)} special "
-                f"tokens ({floor}) and be at most 1000000")
-        require(self.special_tokens[:1] == ["<|endoftext|>"], "special_tokens", self.special_tokens,
-                "must start with <|endoftext|>")
+        require(
+            floor < self.vocab_size <= 1_000_000,
+            "vocab_size",
+            self.vocab_size,
+            f"is out of range: it must exceed the 256 byte tokens plus {len(self.special_tokens)} special "
+            f"tokens ({floor}) and be at most 1000000",
+        )
+        require(
+            self.special_tokens[:1] == ["<|endoftext|>"],
+            "special_tokens",
+            self.special_tokens,
+            "must start with <|endoftext|>",
+        )
         require_positive(self, "batch_size")
         require(self.workers >= 0, "workers", self.workers, "must be >= 0 (0 = one per core)")
         require(bool(self.text_field), "text_field", self.text_field, "must name a field")

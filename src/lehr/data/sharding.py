@@ -50,12 +50,12 @@ def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int) ->
         while len(chunk):
             if f is None:
                 f, h, n = open(folder / name / f"{len(entries):06d}.bin", "wb"), hashlib.sha256(), 0
-            take = chunk[:shard_tokens - n]
+            take = chunk[: shard_tokens - n]
             data = np.ascontiguousarray(take).tobytes()
             f.write(data)
             h.update(data)
             n += len(take)
-            chunk = chunk[len(take):]
+            chunk = chunk[len(take) :]
             if n == shard_tokens:
                 close()
                 f = None
@@ -64,8 +64,15 @@ def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int) ->
     return entries
 
 
-def write_shard_set(root: Path, streams: dict[str, Chunks], stats: dict[str, dict[str, int]], dtype: np.dtype,
-                    shard_tokens: int, tokenizer: dict, tokenizer_json: str) -> dict:
+def write_shard_set(
+    root: Path,
+    streams: dict[str, Chunks],
+    stats: dict[str, dict[str, int]],
+    dtype: np.dtype,
+    shard_tokens: int,
+    tokenizer: dict,
+    tokenizer_json: str,
+) -> dict:
     """Shard files, ``tokenizer.json`` and ``manifest.json`` in ``root``; returns the manifest.
 
     The new set is built beside ``root`` and swapped in whole, so a failed or killed write (disk
@@ -107,5 +114,6 @@ class ShardSpec:
     tokenizer_json: str
 
     def write(self, root: Path) -> dict:
-        return write_shard_set(root, self.streams, self.stats, self.dtype, self.shard_tokens, self.tokenizer,
-                               self.tokenizer_json)
+        return write_shard_set(
+            root, self.streams, self.stats, self.dtype, self.shard_tokens, self.tokenizer, self.tokenizer_json
+        )

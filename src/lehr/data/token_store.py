@@ -72,7 +72,10 @@ def plan(corpus: Corpus, cap: int) -> list[Task]:
     """One task per file; under a per-stream cap one per stream (the cap runs across its files)."""
     files = corpus.files()
     if not cap:
-        return [Task(i, stream_of(corpus.root, f), (str(f.relative_to(corpus.root)),)) for i, f in enumerate(files)]
+        return [
+            Task(i, stream_of(corpus.root, f), (str(f.relative_to(corpus.root)),))
+            for i, f in enumerate(files)
+        ]
     by_stream: dict[str, list[str]] = {}
     for f in files:
         by_stream.setdefault(stream_of(corpus.root, f), []).append(str(f.relative_to(corpus.root)))
@@ -88,8 +91,16 @@ def parse_slice(spec: str) -> tuple[int, int]:
 
 
 def _key(task: Task, tokenizer_sha: str, settings: Settings) -> str:
-    blob = json.dumps({"format": FORMAT, "tokenizer": tokenizer_sha, "stream": task.stream, "files": task.files,
-                       "settings": dataclasses.asdict(settings)}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "format": FORMAT,
+            "tokenizer": tokenizer_sha,
+            "stream": task.stream,
+            "files": task.files,
+            "settings": dataclasses.asdict(settings),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -114,7 +125,9 @@ def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
 
 
 def task_documents(task: Task, root: Path, settings: Settings) -> Iterator[Document]:
-    docs = (d for rel in task.files for d in read_file(root, root / rel, settings.errors, settings.text_field))
+    docs = (
+        d for rel in task.files for d in read_file(root, root / rel, settings.errors, settings.text_field)
+    )
     return _capped(docs, settings.cap)
 
 
@@ -138,7 +151,9 @@ def bpe_sample(corpus: Corpus, settings: Settings, max_bytes: int, workers: int)
                 heap.merge(sample_task(t, str(corpus.root), settings, max_bytes))
                 bar.update(1)
         else:
-            job = functools.partial(sample_task, corpus_root=str(corpus.root), settings=settings, max_bytes=max_bytes)
+            job = functools.partial(
+                sample_task, corpus_root=str(corpus.root), settings=settings, max_bytes=max_bytes
+            )
             with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
                 for items in pool.map(job, tasks):
                     heap.merge(items)
@@ -154,8 +169,9 @@ def _worker_init() -> None:
     os.environ["RAYON_NUM_THREADS"] = "1"
 
 
-def encode_task(task: Task, corpus_root: str, out_dir: str, tokenizer_json: str, tokenizer_sha: str,
-                settings: Settings) -> dict:
+def encode_task(
+    task: Task, corpus_root: str, out_dir: str, tokenizer_json: str, tokenizer_sha: str, settings: Settings
+) -> dict:
     """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
     root, parts = Path(corpus_root), Path(out_dir)
     key, stat = _key(task, tokenizer_sha, settings), _stat(task, root)
@@ -184,9 +200,17 @@ def encode_task(task: Task, corpus_root: str, out_dir: str, tokenizer_json: str,
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
-    record = {"task": task.index, "stream": task.stream, "sources": list(task.files), "file": final.name,
-              "n_docs": n_docs, "n_bytes": n_bytes, "n_tokens": n_tokens, "n_bytes_on_disk": final.stat().st_size,
-              "stat": stat}
+    record = {
+        "task": task.index,
+        "stream": task.stream,
+        "sources": list(task.files),
+        "file": final.name,
+        "n_docs": n_docs,
+        "n_bytes": n_bytes,
+        "n_tokens": n_tokens,
+        "n_bytes_on_disk": final.stat().st_size,
+        "stat": stat,
+    }
     write_text_atomic(record_path, json.dumps(record))
     return {**record, "reused": False}
 
@@ -215,15 +239,18 @@ def writer_lock(root: Path, slice_: tuple[int, int] | list[int]) -> Path:
     return root if n == 1 else root / f"slice-{i}-of-{n}"
 
 
-def encode_corpus_to_parts(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings,
-                           workers: int, slice_spec: str) -> dict:
+def encode_corpus_to_parts(
+    corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, workers: int, slice_spec: str
+) -> dict:
     """Encode this slice's tasks into ``parts_dir``; returns the slice's index (see the module doc)."""
     i, n = parse_slice(slice_spec)
     with locks.hold(writer_lock(parts_dir.parent, (i, n)), "tokenizing"):
         return _encode(corpus, tokenizer, parts_dir, settings, workers, i, n)
 
 
-def _encode(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, workers: int, i: int, n: int) -> dict:
+def _encode(
+    corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, workers: int, i: int, n: int
+) -> dict:
     if n == 1:
         # What a killed run was writing goes. Not under slices: the folder may be shared with other
         # machines, whose writers' pids mean nothing here.
@@ -241,10 +268,20 @@ def _encode(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, work
             reused += rec["reused"]
             done_bytes += 0 if rec["reused"] else rec["n_bytes"]
             bar.update(1)
-            bar.set_postfix_str(f"{done_bytes / 1e6 / max(time.perf_counter() - t0, 1e-9):.2f} MB/s", refresh=False)
+            bar.set_postfix_str(
+                f"{done_bytes / 1e6 / max(time.perf_counter() - t0, 1e-9):.2f} MB/s", refresh=False
+            )
     seconds = max(time.perf_counter() - t0, 1e-9)
-    log.info("encoded %.1f MB in %.1f s (%.2f MB/s) with %d worker(s); %d of %d task(s) reused from an "
-             "earlier run", done_bytes / 1e6, seconds, done_bytes / 1e6 / seconds, workers, reused, len(mine))
+    log.info(
+        "encoded %.1f MB in %.1f s (%.2f MB/s) with %d worker(s); %d of %d task(s) reused from an "
+        "earlier run",
+        done_bytes / 1e6,
+        seconds,
+        done_bytes / 1e6 / seconds,
+        workers,
+        reused,
+        len(mine),
+    )
     streams: dict[str, dict] = {}
     for rec in records:
         s = streams.setdefault(rec["stream"], {"n_docs": 0, "n_bytes": 0, "n_tokens": 0, "parts": []})
@@ -254,8 +291,14 @@ def _encode(corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, work
     total = sum(s["n_tokens"] for s in streams.values())
     if n == 1 and total:
         log.info("%.3f tokens per byte", total / max(sum(s["n_bytes"] for s in streams.values()), 1))
-    return {"format": FORMAT, "dtype": str(token_dtype(tokenizer.get_vocab_size())), "tokenizer_sha256": sha,
-            "slice": [i, n], "n_tasks": len(tasks), "streams": dict(sorted(streams.items()))}
+    return {
+        "format": FORMAT,
+        "dtype": str(token_dtype(tokenizer.get_vocab_size())),
+        "tokenizer_sha256": sha,
+        "slice": [i, n],
+        "n_tasks": len(tasks),
+        "streams": dict(sorted(streams.items())),
+    }
 
 
 def index_name(index: dict) -> str:
@@ -280,7 +323,11 @@ def save_index(root: Path, index: dict) -> None:
     for path in (root / "parts").glob("*") if (root / "parts").is_dir() else []:
         if path.suffix == ".bin" and path.stem not in used:
             path.unlink()
-        elif path.name.startswith(".") and path.name.endswith(RESUME) and path.name[1:-len(RESUME)] not in used:
+        elif (
+            path.name.startswith(".")
+            and path.name.endswith(RESUME)
+            and path.name[1 : -len(RESUME)] not in used
+        ):
             path.unlink()
     fsync_dir(root)
 
@@ -301,7 +348,9 @@ class TokenStreams:
         paths = [self.root / part["file"] for part in self.streams[name]["parts"]]
         for path in paths:
             if not path.is_file():
-                raise TokenStoreError(f"{path}, listed in the index of {self.root}, is missing: re-run the tokenize stage")
+                raise TokenStoreError(
+                    f"{path}, listed in the index of {self.root}, is missing: re-run the tokenize stage"
+                )
         return paths
 
     def chunks(self, name: str, tokens: int = READ_TOKENS) -> Iterator[np.ndarray]:
@@ -325,19 +374,25 @@ def load(root: Path) -> TokenStreams:
         if not found:
             raise TokenStoreError(f"{whole} is missing: run the tokenize stage first (`dvc repro tokenize`)")
         if len(found) > 1:
-            raise TokenStoreError(f"{root} holds slice indexes of different splits ({sorted(found)} slices): "
-                                  f"remove the streams-*-of-*.json files of the split you no longer use")
+            raise TokenStoreError(
+                f"{root} holds slice indexes of different splits ({sorted(found)} slices): "
+                f"remove the streams-*-of-*.json files of the split you no longer use"
+            )
         ((n, slices),) = found.items()
         missing = sorted(set(range(1, n + 1)) - set(slices))
         if missing:
-            raise TokenStoreError(f"{root}: slice(s) {', '.join(f'{i}/{n}' for i in missing)} of the tokenize run are "
-                                  f"not finished: run `kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each")
+            raise TokenStoreError(
+                f"{root}: slice(s) {', '.join(f'{i}/{n}' for i in missing)} of the tokenize run are "
+                f"not finished: run `kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each"
+            )
         indexes = [slices[i] for i in sorted(slices)]
     if any(ix.get("format") != FORMAT for ix in indexes):
         raise TokenStoreError(f"{root} was written by another version of lehr: re-run the tokenize stage")
     shas = {ix["tokenizer_sha256"] for ix in indexes}
     if len(shas) > 1:
-        raise TokenStoreError(f"the tokenize slices in {root} were encoded with different tokenizers; re-run them all")
+        raise TokenStoreError(
+            f"the tokenize slices in {root} were encoded with different tokenizers; re-run them all"
+        )
     streams: dict[str, dict] = {}
     for ix in indexes:
         for name, s in ix["streams"].items():

@@ -70,7 +70,7 @@ _LONG_WORD = re.compile(r"\S{%d,}" % (MAX_BPE_WORD + 1))
 def _cap_words(text: str) -> str:
     def cut(m: re.Match) -> str:
         w = m.group(0)
-        return " ".join(w[i:i + MAX_BPE_WORD] for i in range(0, len(w), MAX_BPE_WORD))
+        return " ".join(w[i : i + MAX_BPE_WORD] for i in range(0, len(w), MAX_BPE_WORD))
 
     return _LONG_WORD.sub(cut, text)
 
@@ -99,7 +99,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
-def encode_documents(tok: Tokenizer, docs: Iterator[Document], batch_size: int) -> Iterator[tuple[Document, np.ndarray]]:
+def encode_documents(
+    tok: Tokenizer, docs: Iterator[Document], batch_size: int
+) -> Iterator[tuple[Document, np.ndarray]]:
     """Each document (or piece) with its token ids, end-of-text after a document's last piece.
 
     ``encode_batch_fast`` runs a batch on all the cores it is given, in Rust, and skips offset

@@ -8,4 +8,12 @@ from lehr.datasets.shards_dataset import ShardsDataset
 from lehr.datasets.token_streams_dataset import TokenStreamsDataset
 from lehr.datasets.tokenizer_dataset import TokenizerDataset
 
-__all__ = ["AnnealBranchesDataset", "CheckpointDataset", "CorpusDataset", "RunDirDataset", "ShardsDataset", "TokenStreamsDataset", "TokenizerDataset"]
+__all__ = [
+    "AnnealBranchesDataset",
+    "CheckpointDataset",
+    "CorpusDataset",
+    "RunDirDataset",
+    "ShardsDataset",
+    "TokenStreamsDataset",
+    "TokenizerDataset",
+]

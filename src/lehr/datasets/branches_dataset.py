@@ -26,8 +26,11 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
     def load(self) -> dict[str, Path]:
         if not self._path.is_dir():
             return {}
-        return {p.name: p for p in sorted(self._path.iterdir())
-                if p.is_dir() and not p.name.startswith(".") and (p / "final" / "state.json").is_file()}
+        return {
+            p.name: p
+            for p in sorted(self._path.iterdir())
+            if p.is_dir() and not p.name.startswith(".") and (p / "final" / "state.json").is_file()
+        }
 
     def save(self, data: dict) -> None:
         run_dir, target = Path(data["run_dir"]), self._path / data["branch"]

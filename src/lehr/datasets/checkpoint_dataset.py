@@ -41,7 +41,9 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
         try:
             json.loads(state.read_text())
         except json.JSONDecodeError:
-            raise DatasetError(f"{state} is corrupt: re-run {self._produced_by} (`dvc repro --force {self._produced_by}`)") from None
+            raise DatasetError(
+                f"{state} is corrupt: re-run {self._produced_by} (`dvc repro --force {self._produced_by}`)"
+            ) from None
         return self._path
 
     def save(self, data: Path) -> None:

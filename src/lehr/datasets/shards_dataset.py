@@ -28,7 +28,9 @@ class ShardsDataset(AbstractDataset[ShardSpec, dict]):
 
     def load(self) -> dict:
         if not self.manifest_path.is_file():
-            raise DatasetError(f"{self.manifest_path} is missing: run the shard stage first (`dvc repro shard`)")
+            raise DatasetError(
+                f"{self.manifest_path} is missing: run the shard stage first (`dvc repro shard`)"
+            )
         try:
             manifest = json.loads(self.manifest_path.read_text())
         except json.JSONDecodeError as e:

@@ -17,7 +17,9 @@ class TokenizerDataset(AbstractDataset[Tokenizer, Tokenizer]):
 
     def load(self) -> Tokenizer:
         if not self._path.is_file():
-            raise DatasetError(f"tokenizer {self._path} is missing: run the tokenize stage first (`dvc repro tokenize`)")
+            raise DatasetError(
+                f"tokenizer {self._path} is missing: run the tokenize stage first (`dvc repro tokenize`)"
+            )
         return Tokenizer.from_file(str(self._path))
 
     def save(self, data: Tokenizer) -> None:

@@ -37,7 +37,6 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written or trusted; the message says what to do."""
 
 
-
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
@@ -72,8 +71,9 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def write(target: Path, *, model: torch.nn.Module, optimizer_state: dict, state: dict,
-          rng_per_rank: list[dict]) -> Path:
+def write(
+    target: Path, *, model: torch.nn.Module, optimizer_state: dict, state: dict, rng_per_rank: list[dict]
+) -> Path:
     """Write a complete checkpoint at ``target``, replacing any old one only once it is whole."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +118,9 @@ def verify(path: Path) -> dict:
         raise CheckpointError(f"{path / STATE} is unreadable ({e})") from None
     if (path / STATE_SHA).is_file():
         if (path / STATE_SHA).read_text().strip() != hashlib.sha256(raw).hexdigest():
-            raise CheckpointError(f"{path / STATE} does not match its checksum in {STATE_SHA} (edited or corrupt)")
+            raise CheckpointError(
+                f"{path / STATE} does not match its checksum in {STATE_SHA} (edited or corrupt)"
+            )
     elif state.get("format", 1) >= 2:
         raise CheckpointError(f"{path / STATE_SHA} is missing: the checkpoint's state cannot be trusted")
     for name, digest in state.get("files", {}).items():
@@ -132,7 +134,8 @@ def load_weights(path: Path, model: torch.nn.Module) -> None:
     missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     if missing or unexpected:
         raise CheckpointError(
-            f"{path} holds weights of another model shape (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            f"{path} holds weights of another model shape (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]})"
         )
 
 
@@ -167,7 +170,7 @@ class Rolling:
     def save(self, step: int, **kwargs) -> Path:
         path = write(self.root / f"step_{step:08d}", **kwargs)
         write_text_atomic(self.root / "latest", path.name)
-        for old in self.candidates()[self.keep_last:]:
+        for old in self.candidates()[self.keep_last :]:
             shutil.rmtree(old, ignore_errors=True)
         return path
 

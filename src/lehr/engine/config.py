@@ -64,14 +64,20 @@ class DataConfig(Part):
     data_seed: int = 1  # training windows; an anneal branch takes a fresh one
     batch_size: int = 32  # sequences per optimizer step, all processes and micro-batches together
     micro_batch: int = 16  # sequences per forward pass per process; accumulation makes up the rest
-    stable_mix: dict[str, float] = field(default_factory=lambda: {"gold": 1.0, "silver": 1.0})  # tier -> weight
+    stable_mix: dict[str, float] = field(
+        default_factory=lambda: {"gold": 1.0, "silver": 1.0}
+    )  # tier -> weight
     max_epochs_warn: float = 4.0  # warn at start when a tier would be repeated more often (epochs)
     RESUMABLE: ClassVar[frozenset] = frozenset({"micro_batch", "max_epochs_warn"})
 
     def check(self) -> None:
         require_positive(self, "batch_size", "micro_batch", "max_epochs_warn")
-        require(self.batch_size % self.micro_batch == 0, "batch_size", self.batch_size,
-                f"is not a multiple of micro_batch {self.micro_batch}")
+        require(
+            self.batch_size % self.micro_batch == 0,
+            "batch_size",
+            self.batch_size,
+            f"is not a multiple of micro_batch {self.micro_batch}",
+        )
         require_seed("data_seed", self.data_seed)
         check_mix(self.stable_mix, "stable_mix")
 
@@ -80,7 +86,9 @@ class DataConfig(Part):
 class HardwareConfig(Part):
     """Where and in what precision the math runs; none of it changes what a step computes."""
 
-    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = "auto"  # auto: bf16 / fp16 on GPUs, fp32 on CPU
+    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = (
+        "auto"  # auto: bf16 / fp16 on GPUs, fp32 on CPU
+    )
     compile: bool = False  # torch.compile the training step
     attention: Literal[("auto", *ATTENTION)] = "auto"  # SDPA kernel; auto = PyTorch picks (same math)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -97,8 +105,9 @@ class EvalConfig(Part):
     eval_windows: int = 32  # fixed held-out windows per source
     sample_tokens: int = 32  # tokens of text sampled at each eval; 0 = none
     sample_prompt: str = "The"
-    RESUMABLE: ClassVar[frozenset] = frozenset({"log_every", "eval_every", "eval_windows", "sample_tokens",
-                                                "sample_prompt"})
+    RESUMABLE: ClassVar[frozenset] = frozenset(
+        {"log_every", "eval_every", "eval_windows", "sample_tokens", "sample_prompt"}
+    )
 
     def check(self) -> None:
         require_positive(self, "log_every", "eval_every", "eval_windows")
@@ -140,14 +149,25 @@ class Launch(Part):
     def check(self) -> None:
         require(self.nproc_per_node >= 1, "nproc_per_node", self.nproc_per_node, "must be at least 1")
         require(self.nnodes >= 1, "nnodes", self.nnodes, "must be at least 1")
-        require(0 <= self.node_rank < self.nnodes, "node_rank", self.node_rank,
-                f"must lie in [0, nnodes = {self.nnodes})")
+        require(
+            0 <= self.node_rank < self.nnodes,
+            "node_rank",
+            self.node_rank,
+            f"must lie in [0, nnodes = {self.nnodes})",
+        )
         require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "must be >= 0")
 
 
 # The parts a stage's params and the engine share, in the order a reader meets them.
-SHARED_PARTS = (ScheduleConfig, OptimizerConfig, DataConfig, HardwareConfig, EvalConfig, CheckpointConfig,
-                GuardConfig)
+SHARED_PARTS = (
+    ScheduleConfig,
+    OptimizerConfig,
+    DataConfig,
+    HardwareConfig,
+    EvalConfig,
+    CheckpointConfig,
+    GuardConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -199,7 +219,9 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
     init_from: str | None = None  # checkpoint to branch from when out_dir holds none
     init_optimizer: bool = True  # branch with the optimizer state too
     provenance: dict = field(default_factory=dict)  # git commit, data hashes... stored in checkpoints
-    RESUMABLE: ClassVar[frozenset] = frozenset({"out_dir", "shards", "init_from", "init_optimizer", "provenance"})
+    RESUMABLE: ClassVar[frozenset] = frozenset(
+        {"out_dir", "shards", "init_from", "init_optimizer", "provenance"}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):  # from a job file

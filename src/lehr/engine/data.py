@@ -50,7 +50,6 @@ def manifest_sha256(shard_dir: str | Path) -> str:
     return hashlib.sha256((Path(shard_dir) / "manifest.json").read_bytes()).hexdigest()
 
 
-
 class ShardSet:
     """Every stream of a manifest, verified (sha256, tokenizer, vocab) and memory-mapped."""
 
@@ -66,7 +65,9 @@ class ShardSet:
             )
         tok_file = self.root / "tokenizer.json"
         if tok_file.is_file() and sha256_file(tok_file) != tok["sha256"]:
-            raise DataError(f"{tok_file} does not match the tokenizer hash in the manifest: re-run `dvc repro shard`")
+            raise DataError(
+                f"{tok_file} does not match the tokenizer hash in the manifest: re-run `dvc repro shard`"
+            )
         dtype = np.dtype(self.manifest["dtype"])
         self.sources: dict[str, Source] = {}
         for name, entry in self.manifest["streams"].items():
@@ -74,7 +75,9 @@ class ShardSet:
             for shard in entry["shards"]:
                 path = self.root / shard["file"]
                 if not path.is_file():
-                    raise DataError(f"shard {path} listed in the manifest is missing: re-run `dvc repro shard`")
+                    raise DataError(
+                        f"shard {path} listed in the manifest is missing: re-run `dvc repro shard`"
+                    )
                 if verify and sha256_file(path) != shard["sha256"]:
                     raise DataError(
                         f"shard {path} does not match its sha256 in the manifest (corrupted on disk?); "
@@ -110,7 +113,9 @@ class TrainStream:
     def load_state_dict(self, state: dict) -> None:
         self.data_seed, self.step = int(state["data_seed"]), int(state["step"])
 
-    def _picks(self, step: int, batch_size: int, mix: dict[str, float]) -> tuple[list[str], np.ndarray, np.random.Generator]:
+    def _picks(
+        self, step: int, batch_size: int, mix: dict[str, float]
+    ) -> tuple[list[str], np.ndarray, np.random.Generator]:
         """The tier of each window of ``step`` (the first draw of the step's generator)."""
         tiers = sorted(t for t, w in mix.items() if w > 0)
         for t in tiers:
@@ -147,18 +152,25 @@ class TrainStream:
             shard_ids = rng.choice(len(shards), size=len(rows), p=starts_per_shard / starts_per_shard.sum())
             starts = rng.integers(0, starts_per_shard[shard_ids])
             for row, si, start in zip(rows, shard_ids, starts):
-                out[row] = shards[si][start:start + self.seq_len + 1]
+                out[row] = shards[si][start : start + self.seq_len + 1]
         return out
 
-    def next_batches(self, batch_size: int, mix: dict[str, float], rank: int, world: int,
-                     micro_batch: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def next_batches(
+        self,
+        batch_size: int,
+        mix: dict[str, float],
+        rank: int,
+        world: int,
+        micro_batch: int,
+        device: torch.device,
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's micro-batches (inputs, targets) for the current step; advances the position."""
         windows = self.global_batch(self.step, batch_size, mix)
         self.step += 1
         mine = windows[rank::world]  # disjoint across ranks, equal to one process when world = 1
         out = []
         for i in range(0, len(mine), micro_batch):
-            w = torch.from_numpy(mine[i:i + micro_batch])
+            w = torch.from_numpy(mine[i : i + micro_batch])
             if device.type == "cuda":
                 w = w.pin_memory().to(device, non_blocking=True)
             out.append((w[:, :-1], w[:, 1:]))
@@ -174,4 +186,6 @@ def eval_windows(source: Source, seq_len: int, n_windows: int) -> np.ndarray:
     if not starts:
         raise DataError(f"held-out source {source.name} is shorter than one window of {seq_len + 1} tokens")
     picks = np.linspace(0, len(starts) - 1, num=min(n_windows, len(starts))).round().astype(int)
-    return np.stack([source.shards[starts[p][0]][starts[p][1]:starts[p][1] + seq_len + 1] for p in picks]).astype(np.int64)
+    return np.stack(
+        [source.shards[starts[p][0]][starts[p][1] : starts[p][1] + seq_len + 1] for p in picks]
+    ).astype(np.int64)

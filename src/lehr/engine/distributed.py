@@ -38,11 +38,21 @@ def setup(device: str) -> Dist:
     # After torchrun restarts a failed group, the store still holds the dead workers' addresses;
     # seen here: the new gloo group dialled them and failed. A prefix per restart keeps rounds apart.
     agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's own store
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=rank == 0 and not agent_hosts_store, timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=rank == 0 and not agent_hosts_store,
+        timeout=timeout,
+    )
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"lehr/restart{restart}", store), rank=rank,
-                            world_size=world, timeout=timeout)
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"lehr/restart{restart}", store),
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+    )
     # Agreeing on a host flag over NCCL would mean a device tensor and a device sync; over gloo it
     # is a few bytes between the hosts while the GPU queue keeps running.
     host_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None

@@ -27,12 +27,16 @@ class HeldOut:
 
     @classmethod
     def build(cls, sources: list[Source], seq_len: int, n_windows: int) -> HeldOut:
-        return cls({s.name.split("/", 1)[1]: eval_windows(s, seq_len, n_windows) for s in sources},
-                   {s.name.split("/", 1)[1]: s.bytes_per_token for s in sources})
+        return cls(
+            {s.name.split("/", 1)[1]: eval_windows(s, seq_len, n_windows) for s in sources},
+            {s.name.split("/", 1)[1]: s.bytes_per_token for s in sources},
+        )
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int) -> dict[str, dict[str, float]]:
+def evaluate(
+    model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int
+) -> dict[str, dict[str, float]]:
     """Mean loss (nats/token), perplexity and bits-per-byte per source and over all of them.
 
     Bits-per-byte divides by the UTF-8 bytes the tokens stand for, so models with different
@@ -45,14 +49,18 @@ def evaluate(model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: i
     for name, windows in held.windows.items():
         nats_t = torch.zeros((), device=hw.device, dtype=torch.float64)  # one host read per source
         for i in range(0, len(windows), micro_batch):
-            w = torch.from_numpy(windows[i:i + micro_batch]).to(hw.device)
+            w = torch.from_numpy(windows[i : i + micro_batch]).to(hw.device)
             with hw.compute():
                 _, loss = model(w[:, :-1], w[:, 1:])
             nats_t += loss.detach().double() * w[:, 1:].numel()
         nats = nats_t.item()
         n_tokens = windows[:, 1:].size
         loss = nats / n_tokens
-        out[name] = {"loss": loss, "ppl": math.exp(min(loss, 50)), "bpb": loss / LN2 / held.bytes_per_token[name]}
+        out[name] = {
+            "loss": loss,
+            "ppl": math.exp(min(loss, 50)),
+            "bpb": loss / LN2 / held.bytes_per_token[name],
+        }
         nats_total += nats
         bytes_total += n_tokens * held.bytes_per_token[name]
         tokens_total += n_tokens
@@ -69,7 +77,9 @@ def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, d
     gen = torch.Generator(device=device).manual_seed(1234)
     was_training = model.training
     model.eval()
-    out = model.generate(torch.tensor([ids], device=device), n_tokens, temperature=0.8, top_k=40, generator=gen)
+    out = model.generate(
+        torch.tensor([ids], device=device), n_tokens, temperature=0.8, top_k=40, generator=gen
+    )
     model.train(was_training)
     return tokenizer.decode(out[0].tolist())
 

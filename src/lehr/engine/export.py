@@ -25,12 +25,20 @@ def check_target(checkpoint: Path, out: Path) -> None:
     out, checkpoint = out.resolve(), checkpoint.resolve()
     for folder in (out, *out.parents):
         if folder == checkpoint or (folder / "state.json").is_file():
-            raise ExportError(f"refusing to export into {out}: it is inside the checkpoint {folder}, which the "
-                              f"export would rewrite. Choose a folder outside any checkpoint.")
+            raise ExportError(
+                f"refusing to export into {out}: it is inside the checkpoint {folder}, which the "
+                f"export would rewrite. Choose a folder outside any checkpoint."
+            )
     # An export replaces its folder whole: only a new folder or an earlier export may be replaced.
-    if out.is_dir() and any(out.iterdir()) and (not (out / "config.json").is_file() or next(out.rglob("state.json"), None)):
-        raise ExportError(f"refusing to export into {out}: it exists and is not an earlier export, and the export "
-                          f"would replace everything in it. Choose a new folder.")
+    if (
+        out.is_dir()
+        and any(out.iterdir())
+        and (not (out / "config.json").is_file() or next(out.rglob("state.json"), None))
+    ):
+        raise ExportError(
+            f"refusing to export into {out}: it exists and is not an earlier export, and the export "
+            f"would replace everything in it. Choose a new folder."
+        )
 
 
 def checked_tokenizer(checkpoint: Path, tokenizer: Path | None) -> Path:
@@ -40,13 +48,17 @@ def checked_tokenizer(checkpoint: Path, tokenizer: Path | None) -> Path:
     want = state["tokenizer_sha256"]
     path = tokenizer or Path(state["config"]["shards"]) / "tokenizer.json"
     if not path.is_file():
-        raise ExportError(f"tokenizer {path} is missing: pass --tokenizer with the tokenizer this checkpoint "
-                          f"was trained with (sha256 {want[:12]}…)")
+        raise ExportError(
+            f"tokenizer {path} is missing: pass --tokenizer with the tokenizer this checkpoint "
+            f"was trained with (sha256 {want[:12]}…)"
+        )
     got = sha256_file(path)
     if got != want:
-        raise ExportError(f"tokenizer {path} (sha256 {got[:12]}…) is not the one {checkpoint} was trained with "
-                          f"(sha256 {want[:12]}…): the data was re-tokenized since. Restore that tokenizer "
-                          f"(git checkout <commit> && dvc checkout) or pass --tokenizer with it.")
+        raise ExportError(
+            f"tokenizer {path} (sha256 {got[:12]}…) is not the one {checkpoint} was trained with "
+            f"(sha256 {want[:12]}…): the data was re-tokenized since. Restore that tokenizer "
+            f"(git checkout <commit> && dvc checkout) or pass --tokenizer with it."
+        )
     return path
 
 
@@ -82,12 +94,22 @@ def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
 
 
 def llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
-    names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
-             "lm_head.weight": "lm_head.weight"}
-    per_block = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
-                 "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
-                 "attn.v_proj": "self_attn.v_proj", "attn.o_proj": "self_attn.o_proj",
-                 "mlp.gate_proj": "mlp.gate_proj", "mlp.up_proj": "mlp.up_proj", "mlp.down_proj": "mlp.down_proj"}
+    names = {
+        "embed.weight": "model.embed_tokens.weight",
+        "norm.weight": "model.norm.weight",
+        "lm_head.weight": "lm_head.weight",
+    }
+    per_block = {
+        "attn_norm": "input_layernorm",
+        "mlp_norm": "post_attention_layernorm",
+        "attn.q_proj": "self_attn.q_proj",
+        "attn.k_proj": "self_attn.k_proj",
+        "attn.v_proj": "self_attn.v_proj",
+        "attn.o_proj": "self_attn.o_proj",
+        "mlp.gate_proj": "mlp.gate_proj",
+        "mlp.up_proj": "mlp.up_proj",
+        "mlp.down_proj": "mlp.down_proj",
+    }
     out = {}
     for key, value in model.state_dict().items():
         if key.startswith("blocks."):
@@ -103,11 +125,20 @@ def llama_config(cfg: ModelConfig):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
-        num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_head,
-        head_dim=cfg.head_dim, max_position_embeddings=cfg.seq_len, rms_norm_eps=cfg.norm_eps,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.n_head,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.seq_len,
+        rms_norm_eps=cfg.norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        tie_word_embeddings=cfg.tie_embeddings, hidden_act="silu", attention_bias=False, mlp_bias=False,
+        tie_word_embeddings=cfg.tie_embeddings,
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
     )
 
 

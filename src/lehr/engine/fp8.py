@@ -18,13 +18,19 @@ def convert(model: nn.Module) -> int:
     try:
         from torchao.float8 import convert_to_float8_training
     except ImportError as e:
-        raise ValueError("precision fp8 needs torchao: pip install -e '.[fp8]' (or `pip install torchao`), "
-                         "or choose precision bf16") from e
+        raise ValueError(
+            "precision fp8 needs torchao: pip install -e '.[fp8]' (or `pip install torchao`), "
+            "or choose precision bf16"
+        ) from e
 
     def eligible(module: nn.Module, name: str) -> bool:
         # _scaled_mm needs both dimensions to be multiples of 16.
-        return (isinstance(module, nn.Linear) and name != "lm_head"
-                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+        return (
+            isinstance(module, nn.Linear)
+            and name != "lm_head"
+            and module.in_features % 16 == 0
+            and module.out_features % 16 == 0
+        )
 
     before = sum(isinstance(m, nn.Linear) for m in model.modules())
     convert_to_float8_training(model, module_filter_fn=eligible)

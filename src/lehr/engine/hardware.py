@@ -11,13 +11,24 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # Dense bf16/fp16 tensor-core peaks in TFLOP/s (vendor datasheets, without sparsity).
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0,
-               "4090": 165.0, "3090": 71.0}
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100": 989.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "A10": 125.0,
+    "4090": 165.0,
+    "3090": 71.0,
+}
 # Dense FP8 peaks (precision fp8): the MFU of an FP8 run is measured against what FP8 could do.
 PEAK_TFLOPS_FP8 = {"H200": 1979.0, "H100": 1979.0, "L40S": 733.0}
 # SDPA kernels by name; "auto" leaves the choice to PyTorch (flash where it can, else the next best).
-ATTENTION = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+ATTENTION = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,9 @@ class Hardware:
 
     @property
     def dtype(self) -> torch.dtype:
-        return {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
+        return {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp16": torch.float16}.get(
+            self.precision, torch.float32
+        )
 
     def compute(self) -> contextlib.ExitStack:
         """The context of every forward pass: autocast to the precision, and the attention kernel."""
@@ -46,8 +59,9 @@ class Hardware:
         return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
 
-def resolve(device: str, precision: str, peak_tflops: float | None, local_rank: int = 0,
-            attention: str = "auto") -> Hardware:
+def resolve(
+    device: str, precision: str, peak_tflops: float | None, local_rank: int = 0, attention: str = "auto"
+) -> Hardware:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
@@ -61,8 +75,10 @@ def resolve(device: str, precision: str, peak_tflops: float | None, local_rank: 
         if precision == "auto":
             precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         if precision == "fp8" and torch.cuda.get_device_capability(dev) < (8, 9):
-            raise ValueError(f"precision fp8 needs FP8 tensor cores (compute capability 8.9+: L40S, RTX 4090, "
-                             f"H100, H200); {name} has {torch.cuda.get_device_capability(dev)}. Use bf16.")
+            raise ValueError(
+                f"precision fp8 needs FP8 tensor cores (compute capability 8.9+: L40S, RTX 4090, "
+                f"H100, H200); {name} has {torch.cuda.get_device_capability(dev)}. Use bf16."
+            )
         if peak_tflops is None:
             peaks = PEAK_TFLOPS_FP8 if precision == "fp8" else PEAK_TFLOPS
             peak_tflops = next((v for k, v in peaks.items() if k in name), None)
@@ -87,14 +103,18 @@ def _probe_attention(hw: Hardware) -> None:
             warnings.simplefilter("ignore")  # torch warns each reason; the error below says it once
             F.scaled_dot_product_attention(q, q, q, is_causal=True)
     except RuntimeError as e:
-        raise ValueError(f"attention kernel {hw.attention!r} cannot run on {hw.name} in {hw.precision} "
-                         f"({str(e).splitlines()[0]}); use attention: auto") from e
+        raise ValueError(
+            f"attention kernel {hw.attention!r} cannot run on {hw.name} in {hw.precision} "
+            f"({str(e).splitlines()[0]}); use attention: auto"
+        ) from e
 
 
 def memory_report(device: torch.device) -> str:
     if device.type != "cuda":
         return "cpu"
     free, total = torch.cuda.mem_get_info(device)
-    return (f"allocated {torch.cuda.memory_allocated(device) / 2**30:.1f} GiB, peak "
-            f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB, free {free / 2**30:.1f} of "
-            f"{total / 2**30:.1f} GiB")
+    return (
+        f"allocated {torch.cuda.memory_allocated(device) / 2**30:.1f} GiB, peak "
+        f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB, free {free / 2**30:.1f} of "
+        f"{total / 2**30:.1f} GiB"
+    )

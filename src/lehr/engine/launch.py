@@ -38,11 +38,18 @@ def torchrun_args(launch: Launch) -> list[str]:
     if launch.nnodes == 1:
         # One machine: a private rendezvous on a free local port, so two runs never collide.
         return [*args, "--standalone"]
-    return [*args, f"--nnodes={launch.nnodes}", f"--node-rank={launch.node_rank}",
-            f"--rdzv-backend={launch.rdzv_backend}", f"--rdzv-endpoint={launch.rdzv_endpoint}"]
+    return [
+        *args,
+        f"--nnodes={launch.nnodes}",
+        f"--node-rank={launch.node_rank}",
+        f"--rdzv-backend={launch.rdzv_backend}",
+        f"--rdzv-endpoint={launch.rdzv_endpoint}",
+    ]
 
 
-def run(cfg: TrainConfig, launch: Launch, callback_specs: list[str] = (), extra_env: dict[str, str] | None = None) -> dict:
+def run(
+    cfg: TrainConfig, launch: Launch, callback_specs: list[str] = (), extra_env: dict[str, str] | None = None
+) -> dict:
     """Train ``cfg``; returns rank 0's run summary. Multi-process runs go through torchrun.
 
     ``callback_specs`` are ``module:factory`` paths, built in whichever process is rank 0.
@@ -63,8 +70,16 @@ def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_d
     try:
         cfg_path, summary_path = job_dir / "config.json", job_dir / "summary.json"
         cfg_path.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": list(callback_specs)}))
-        cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(launch),
-               "-m", "lehr.engine.worker", str(cfg_path), str(summary_path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *torchrun_args(launch),
+            "-m",
+            "lehr.engine.worker",
+            str(cfg_path),
+            str(summary_path),
+        ]
         env = {**os.environ, **(extra_env or {}), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         # torchrun dies with this process, and its workers with it (worker.py): a kill of the stage
         # leaves no process behind to go on writing the run folder.

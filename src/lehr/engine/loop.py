@@ -40,8 +40,11 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
                 result = run.step()
                 # Every rank learns of a signal to any rank, so all stop after the same step.
                 signalled = distributed.any_rank(signals.requested is not None, d)
-                if signalled or run.prog.step >= run.end_step() or run.due(
-                        cfg.log_every, cfg.eval_every, cfg.ckpt_every):
+                if (
+                    signalled
+                    or run.prog.step >= run.end_step()
+                    or run.due(cfg.log_every, cfg.eval_every, cfg.ckpt_every)
+                ):
                     run.sync_point(result)
                 if run.due(cfg.eval_every):
                     stop = run.evaluate_and_decide()
@@ -82,32 +85,51 @@ class Run:
         self.log = RunLog(self.out_dir, d.is_main, self.prog.step, self.end_step(), self.callbacks)
         self._announce()
         self.core = self.t.model
-        self.model = DDP(self.core, device_ids=[self.hw.device.index] if self.hw.device.type == "cuda" else None) \
-            if d.enabled else self.core
+        self.model = (
+            DDP(self.core, device_ids=[self.hw.device.index] if self.hw.device.type == "cuda" else None)
+            if d.enabled
+            else self.core
+        )
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
-        self.tokenizer = (Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json"))
-                          if cfg.sample_tokens else None)
+        self.tokenizer = (
+            Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json")) if cfg.sample_tokens else None
+        )
         self.flops_per_step = self.core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
         self.accum = cfg.grad_accum(d.world)
         self.t_last, self.steps_since_log = time.perf_counter(), 0
 
     def _announce(self) -> None:
         cfg, d, log = self.cfg, self.d, self.log
-        log.info("%s run at step %d: %.2fM parameters, %d x %d tokens per step, %d process(es), %s %s",
-                 self.mode, self.prog.step, self.t.model.num_parameters() / 1e6, cfg.batch_size, cfg.model.seq_len,
-                 d.world, self.hw.name, self.hw.precision)
+        log.info(
+            "%s run at step %d: %.2fM parameters, %d x %d tokens per step, %d process(es), %s %s",
+            self.mode,
+            self.prog.step,
+            self.t.model.num_parameters() / 1e6,
+            cfg.batch_size,
+            cfg.model.seq_len,
+            d.world,
+            self.hw.name,
+            self.hw.precision,
+        )
         if self.mode == "resume":
             log.info("resumed from checkpoint %s", self.started_from)
         elif self.mode == "branch":
-            log.info("branched from %s (optimizer state %s)", self.started_from,
-                     "kept" if cfg.init_optimizer else "fresh")
+            log.info(
+                "branched from %s (optimizer state %s)",
+                self.started_from,
+                "kept" if cfg.init_optimizer else "fresh",
+            )
         if d.is_main:
-            self._report_epochs(range(0, self.end_step()), f"planned to step {self.end_step()}",
-                                cfg.max_epochs_warn)
+            self._report_epochs(
+                range(0, self.end_step()), f"planned to step {self.end_step()}", cfg.max_epochs_warn
+            )
         if self.t.fp8_layers:
-            log.info("fp8: %d linear layers run their matmuls in FP8%s", self.t.fp8_layers,
-                     "" if self.hw.device.type == "cuda" else " (emulated on CPU: for tests, not for speed)")
+            log.info(
+                "fp8: %d linear layers run their matmuls in FP8%s",
+                self.t.fp8_layers,
+                "" if self.hw.device.type == "cuda" else " (emulated on CPU: for tests, not for speed)",
+            )
 
     # -- where the run is --------------------------------------------------------------------------
     @property
@@ -131,15 +153,32 @@ class Run:
     # -- one step ----------------------------------------------------------------------------------
     def step(self) -> step.StepResult:
         cfg, t, s = self.cfg, self.t, self.prog.step
-        lr = lr_at(s, kind=cfg.schedule, lr=cfg.lr, min_lr=cfg.min_lr, warmup_steps=cfg.warmup_steps,
-                   total_steps=cfg.total_steps, anneal_start=self.anneal_start, anneal_steps=cfg.anneal_steps,
-                   shape=cfg.decay_shape)
+        lr = lr_at(
+            s,
+            kind=cfg.schedule,
+            lr=cfg.lr,
+            min_lr=cfg.min_lr,
+            warmup_steps=cfg.warmup_steps,
+            total_steps=cfg.total_steps,
+            anneal_start=self.anneal_start,
+            anneal_steps=cfg.anneal_steps,
+            shape=cfg.decay_shape,
+        )
         step.set_lr(t.optimizer, lr)
-        batches = t.stream.next_batches(cfg.batch_size, self.mix(s), self.d.rank, self.d.world, cfg.micro_batch,
-                                        self.hw.device)
+        batches = t.stream.next_batches(
+            cfg.batch_size, self.mix(s), self.d.rank, self.d.world, cfg.micro_batch, self.hw.device
+        )
         try:
-            loss = step.accumulate(self.forward, self.model, batches, t.scaler, self.hw, self.accum,
-                                   self.d.enabled, nan_loss=s in self.faults)
+            loss = step.accumulate(
+                self.forward,
+                self.model,
+                batches,
+                t.scaler,
+                self.hw,
+                self.accum,
+                self.d.enabled,
+                nan_loss=s in self.faults,
+            )
         except torch.OutOfMemoryError as e:
             raise step.out_of_memory(s, self.hw, cfg.micro_batch) from e
         grad_norm = step.update(self.core, t.optimizer, t.scaler, self.guard, cfg.grad_clip)
@@ -155,12 +194,18 @@ class Run:
             torch.cuda.synchronize()  # timings below are of finished work
         # Each rank holds the loss of its share of the batch; the logged loss is the batch's.
         loss, norm, skipped, longest = torch.stack(
-            [distributed.mean_over_ranks(result.loss, self.d), result.grad_norm, *self.guard.counts()]).tolist()
+            [distributed.mean_over_ranks(result.loss, self.d), result.grad_norm, *self.guard.counts()]
+        ).tolist()
         self.guard.reset_window()
         if skipped:
             prog.skips_total += int(skipped)
-            self.log.info("%d update(s) skipped for a non-finite grad norm by step %d (longest run %d, %d in all)",
-                          skipped, prog.step, longest, prog.skips_total)
+            self.log.info(
+                "%d update(s) skipped for a non-finite grad norm by step %d (longest run %d, %d in all)",
+                skipped,
+                prog.step,
+                longest,
+                prog.skips_total,
+            )
             try:
                 self.divergence.check(int(longest), prog.step, str(self.rolling.root))
             except DivergedError:
@@ -175,8 +220,19 @@ class Run:
         peak = self.hw.peak_tflops
         mfu = self.flops_per_step * self.steps_since_log / dt / (peak * 1e12 * self.d.world) if peak else None
         # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
-        self.log.step({"step": self.prog.step, "kind": "train", "loss": loss, "lr": lr, "grad_norm": norm,
-                       "tok_per_s": tok_s, "mfu": mfu, "tokens": self.prog.tokens, "mem": memory_report(self.hw.device)})
+        self.log.step(
+            {
+                "step": self.prog.step,
+                "kind": "train",
+                "loss": loss,
+                "lr": lr,
+                "grad_norm": norm,
+                "tok_per_s": tok_s,
+                "mfu": mfu,
+                "tokens": self.prog.tokens,
+                "mem": memory_report(self.hw.device),
+            }
+        )
         self.t_last, self.steps_since_log = time.perf_counter(), 0
 
     # -- eval and the decisions that follow it ------------------------------------------------------
@@ -185,18 +241,31 @@ class Run:
         follow (auto-anneal, early stop, best) are taken identically everywhere without more syncs."""
         cfg, prog, rec = self.cfg, self.prog, None
         if self.d.is_main:
-            rec = {"step": prog.step, "kind": "eval", **evaluate(self.core, self.held, self.hw, cfg.micro_batch)}
+            rec = {
+                "step": prog.step,
+                "kind": "eval",
+                **evaluate(self.core, self.held, self.hw, cfg.micro_batch),
+            }
             if self.tokenizer is not None:
-                rec["sample"] = sample_text(self.core, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
-                                            self.hw.device)
+                rec["sample"] = sample_text(
+                    self.core, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
+                )
             self.log.record(rec)
-            self.log.info("eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f | sample %r", prog.step,
-                          rec["heldout"]["loss"], rec["heldout"]["bpb"], rec["heldout"]["ppl"], rec.get("sample", "")[:80])
+            self.log.info(
+                "eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f | sample %r",
+                prog.step,
+                rec["heldout"]["loss"],
+                rec["heldout"]["bpb"],
+                rec["heldout"]["ppl"],
+                rec.get("sample", "")[:80],
+            )
         rec = distributed.broadcast_object(rec, self.d)
         prog.evals.append({k: v for k, v in rec.items() if k != "sample"})
         if prog.best_loss is None or rec["heldout"]["loss"] < prog.best_loss:
             prog.best_loss = rec["heldout"]["loss"]
-            if cfg.stop_rule is None:  # anneal runs keep their best weights; the stable phase hands on pre_anneal
+            if (
+                cfg.stop_rule is None
+            ):  # anneal runs keep their best weights; the stable phase hands on pre_anneal
                 self.save(self.out_dir / "best")
 
     def evaluate_and_decide(self) -> str | None:
@@ -216,13 +285,26 @@ class Run:
         rngs = distributed.gather_to_main(checkpoint.rng_state(), d)
         saved = None
         if d.is_main:
-            state = {"progress": vars(prog), "data": t.stream.state_dict(), "config": cfg.to_dict(),
-                     "config_math": cfg.math_fields(), "math_hash": cfg.math_hash(), "manifest_sha256": self.data_hash,
-                     "tokenizer_sha256": self.shards.manifest["tokenizer"]["sha256"], "world_size": d.world,
-                     "torch": torch.__version__, "cuda": torch.version.cuda, "device": self.hw.name,
-                     "provenance": cfg.provenance}
-            kw = dict(model=self.core, state=state, rng_per_rank=rngs,
-                      optimizer_state={"optimizer": t.optimizer.state_dict(), "scaler": t.scaler.state_dict()})
+            state = {
+                "progress": vars(prog),
+                "data": t.stream.state_dict(),
+                "config": cfg.to_dict(),
+                "config_math": cfg.math_fields(),
+                "math_hash": cfg.math_hash(),
+                "manifest_sha256": self.data_hash,
+                "tokenizer_sha256": self.shards.manifest["tokenizer"]["sha256"],
+                "world_size": d.world,
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "device": self.hw.name,
+                "provenance": cfg.provenance,
+            }
+            kw = dict(
+                model=self.core,
+                state=state,
+                rng_per_rank=rngs,
+                optimizer_state={"optimizer": t.optimizer.state_dict(), "scaler": t.scaler.state_dict()},
+            )
             saved = checkpoint.write(target, **kw) if target else self.rolling.save(prog.step, **kw)
         distributed.barrier(d)
         if target is None:
@@ -235,17 +317,28 @@ class Run:
         if stop != "signal" and (not prog.evals or prog.evals[-1]["step"] != prog.step):
             self.evaluate()
         self.save()
-        summary = {"rank": self.d.rank, "out_dir": str(self.out_dir), "step": prog.step, "tokens": prog.tokens,
-                   "stopped": stop, "mode": self.mode,
-                   "resumed_from": str(self.started_from) if self.mode == "resume" else None,
-                   "anneal_start": prog.anneal_start, "anneal_reason": prog.anneal_reason,
-                   "skips_total": prog.skips_total, "n_params": self.core.num_parameters(),
-                   "heldout": prog.evals[-1] if prog.evals else None, "best_loss": prog.best_loss,
-                   "tiers": self.t.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix)}
+        summary = {
+            "rank": self.d.rank,
+            "out_dir": str(self.out_dir),
+            "step": prog.step,
+            "tokens": prog.tokens,
+            "stopped": stop,
+            "mode": self.mode,
+            "resumed_from": str(self.started_from) if self.mode == "resume" else None,
+            "anneal_start": prog.anneal_start,
+            "anneal_reason": prog.anneal_reason,
+            "skips_total": prog.skips_total,
+            "n_params": self.core.num_parameters(),
+            "heldout": prog.evals[-1] if prog.evals else None,
+            "best_loss": prog.best_loss,
+            "tiers": self.t.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix),
+        }
         if self.d.is_main:
             self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
         if stop == "signal":
-            log.info("stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step)
+            log.info(
+                "stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step
+            )
         elif cfg.stop_rule and prog.step == prog.anneal_start:
             summary["pre_anneal"] = str(self.save(Path(cfg.stop_rule.save_to)))
             log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
@@ -255,14 +348,26 @@ class Run:
         return summary
 
     def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:
-        """One line of tokens and epochs per tier; a warning for a tier repeated more than ``warn_above`` times."""
+        """One line of tokens and epochs per tier; a warning for a tier repeated over ``warn_above`` times."""
         tiers = self.t.stream.tokens_per_tier(steps, self.cfg.batch_size, self.mix)
-        self.log.info("data, %s: %s", when, "; ".join(
-            f"{t} {v['tokens'] / 1e6:.2f}M tokens = {v['epochs']:.2f} epochs of {v['tier_tokens'] / 1e6:.2f}M"
-            for t, v in tiers.items()))
-        over = {t: v["epochs"] for t, v in tiers.items() if warn_above is not None and v["epochs"] > warn_above}
+        self.log.info(
+            "data, %s: %s",
+            when,
+            "; ".join(
+                f"{t} {v['tokens'] / 1e6:.2f}M tokens = {v['epochs']:.2f} epochs of "
+                f"{v['tier_tokens'] / 1e6:.2f}M"
+                for t, v in tiers.items()
+            ),
+        )
+        over = {
+            t: v["epochs"] for t, v in tiers.items() if warn_above is not None and v["epochs"] > warn_above
+        }
         if over:
-            self.log.warning("tier(s) %s would be repeated more than pretrain.max_epochs_warn = %g times (%s): "
-                             "repeated data gives less with each epoch; add data to the tier, lower its weight, "
-                             "or train fewer steps", ", ".join(over), warn_above,
-                             ", ".join(f"{t} {e:.1f} epochs" for t, e in over.items()))
+            self.log.warning(
+                "tier(s) %s would be repeated more than pretrain.max_epochs_warn = %g times (%s): "
+                "repeated data gives less with each epoch; add data to the tier, lower its weight, "
+                "or train fewer steps",
+                ", ".join(over),
+                warn_above,
+                ", ".join(f"{t} {e:.1f} epochs" for t, e in over.items()),
+            )

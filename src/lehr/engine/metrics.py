@@ -56,7 +56,7 @@ class RunLog:
                 self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
     def _truncate_after(self, step: int) -> list[dict]:
-        """Drop records past the resume point (those steps are about to be trained again); returns the rest."""
+        """Drop records past the resume point (those steps are trained again); returns the rest."""
         if not self.path.is_file():
             return []
         keep = [json.loads(line) for line in self.path.read_text().splitlines() if line]
@@ -78,8 +78,11 @@ class RunLog:
             return
         self.record(rec)
         mfu = f"{rec['mfu']:.1%}" if rec.get("mfu") is not None else "n/a"
-        line = (f"step {rec['step']:>6} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | gnorm {rec['grad_norm']:.3f}"
-                f" | {rec['tok_per_s']:,.0f} tok/s | mfu {mfu} | mem {rec['mem']}")
+        line = (
+            f"step {rec['step']:>6} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | gnorm "
+            f"{rec['grad_norm']:.3f}"
+            f" | {rec['tok_per_s']:,.0f} tok/s | mfu {mfu} | mem {rec['mem']}"
+        )
         if self.bar is not None:
             self.bar.update(rec["step"] - self.bar.n)
             self.bar.set_postfix_str(f"loss {rec['loss']:.3f}")

@@ -31,7 +31,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
-            raise ValueError(f"model.d_model = {self.d_model} is not a multiple of model.n_head = {self.n_head}")
+            raise ValueError(
+                f"model.d_model = {self.d_model} is not a multiple of model.n_head = {self.n_head}"
+            )
         if (self.d_model // self.n_head) % 2:
             raise ValueError("model head size (d_model / n_head) must be even for RoPE")
 
@@ -68,7 +70,9 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    inv_freq = 1.0 / (
+        cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
+    )
     angles = torch.outer(torch.arange(cfg.seq_len, dtype=torch.float64), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().float(), angles.sin().float()
@@ -93,8 +97,10 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         b, t, d = x.shape
-        q, k, v = (p(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            p(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -183,10 +189,16 @@ class Transformer(nn.Module):
         return 6 * matmul_weights + 12 * cfg.n_layer * cfg.seq_len * cfg.d_model
 
     @torch.no_grad()
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.seq_len:])
+            logits, _ = self(idx[:, -self.cfg.seq_len :])
             logits = logits[:, -1, :].float() / temperature
             kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
             logits[logits < kth] = -float("inf")

@@ -46,15 +46,24 @@ def require_positive(cfg: Any, *keys: str) -> None:
 
 
 def require_seed(key: str, value: int) -> None:
-    require(0 <= value < SEED_LIMIT, key, value, f"is out of range: use 0 <= {key.rsplit('.', 1)[-1]} < 2**32")
+    require(
+        0 <= value < SEED_LIMIT, key, value, f"is out of range: use 0 <= {key.rsplit('.', 1)[-1]} < 2**32"
+    )
 
 
 def check_mix(mix: Any, key: str) -> None:
     """A data mix: a non-empty {tier: weight}, every weight a positive number (leave a tier out
     rather than give it 0)."""
-    require(isinstance(mix, dict) and bool(mix), key, mix, "must be a mapping of tier: weight, e.g. {gold: 1.0}")
+    require(
+        isinstance(mix, dict) and bool(mix), key, mix, "must be a mapping of tier: weight, e.g. {gold: 1.0}"
+    )
     for tier, weight in mix.items():
-        ok = isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight > 0 and weight == weight
+        ok = (
+            isinstance(weight, (int, float))
+            and not isinstance(weight, bool)
+            and weight > 0
+            and weight == weight
+        )
         require(ok, f"{key}.{tier}", weight, "must be a positive number (leave a tier out to not use it)")
 
 

@@ -25,8 +25,18 @@ def decay_factor(progress: float, shape: str) -> float:
     raise ValueError(f"unknown decay shape {shape!r}; choose one of {', '.join(SHAPES)}")
 
 
-def lr_at(step: int, *, kind: str, lr: float, min_lr: float, warmup_steps: int, total_steps: int,
-          anneal_start: int | None, anneal_steps: int, shape: str) -> float:
+def lr_at(
+    step: int,
+    *,
+    kind: str,
+    lr: float,
+    min_lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    anneal_start: int | None,
+    anneal_steps: int,
+    shape: str,
+) -> float:
     if step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     if kind == "cosine":
@@ -40,8 +50,9 @@ def lr_at(step: int, *, kind: str, lr: float, min_lr: float, warmup_steps: int, 
     return min_lr + (lr - min_lr) * decay_factor(progress, shape)
 
 
-def mix_at(step: int, anneal_start: int | None, anneal_steps: int, stable_mix: dict[str, float],
-           anneal_mix: list) -> dict[str, float]:
+def mix_at(
+    step: int, anneal_start: int | None, anneal_steps: int, stable_mix: dict[str, float], anneal_mix: list
+) -> dict[str, float]:
     """The data mix of a step: ``stable_mix`` until the anneal starts, then the phase of
     ``anneal_mix`` (``[[end_fraction, {tier: weight}], ...]``) the step's place in the decay falls in."""
     if anneal_start is None or step < anneal_start or not anneal_mix:

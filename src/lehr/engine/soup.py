@@ -24,9 +24,14 @@ def average(finals: list[Path], out: Path) -> Path:
         checkpoint.verify(p)
     model = Transformer(ModelConfig(**states[0]["config"]["model"]))
     weights = [load_file(p / "model.safetensors") for p in finals]
-    soup = {k: torch.stack([w[k].float() for w in weights]).mean(0).to(weights[0][k].dtype) for k in weights[0]}
+    soup = {
+        k: torch.stack([w[k].float() for w in weights]).mean(0).to(weights[0][k].dtype) for k in weights[0]
+    }
     missing, _ = model.load_state_dict(soup, strict=False)
     assert set(missing) <= {"lm_head.weight"}, missing  # only the tied head, stored once
-    state = {**states[0], "soup_of": [str(p) for p in finals],
-             "progress": {**states[0]["progress"], "evals": [], "best_loss": None}}
+    state = {
+        **states[0],
+        "soup_of": [str(p) for p in finals],
+        "progress": {**states[0]["progress"], "evals": [], "best_loss": None},
+    }
     return checkpoint.write(out, model=model, optimizer_state={}, state=state, rng_per_rank=[])

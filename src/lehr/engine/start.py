@@ -33,8 +33,10 @@ class Trainee:
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     # Decay matrices only: norm gains are not capacity, and decaying them distorts normalisation.
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     # Fused on every device: one kernel per step, and it honours ``found_inf`` (see guard.py).
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
 
@@ -43,12 +45,18 @@ def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
     checkpoint.seed_all(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
     fp8_layers = fp8.convert(model) if hw.precision == "fp8" else 0
-    return Trainee(model, build_optimizer(model, cfg), hw.grad_scaler(),
-                   TrainStream(shards, cfg.model.seq_len, cfg.data_seed), fp8_layers)
+    return Trainee(
+        model,
+        build_optimizer(model, cfg),
+        hw.grad_scaler(),
+        TrainStream(shards, cfg.model.seq_len, cfg.data_seed),
+        fp8_layers,
+    )
 
 
-def start(cfg: TrainConfig, d: Dist, hw: Hardware, t: Trainee, rolling: checkpoint.Rolling,
-          shards: ShardSet) -> tuple[str, Path | None, Progress]:
+def start(
+    cfg: TrainConfig, d: Dist, hw: Hardware, t: Trainee, rolling: checkpoint.Rolling, shards: ShardSet
+) -> tuple[str, Path | None, Progress]:
     """(mode, checkpoint it started from, progress): ``fresh``, ``resume`` or ``branch``."""
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":

@@ -33,8 +33,16 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def accumulate(forward, model: torch.nn.Module, batches: list, scaler, hw: Hardware, accum: int, ddp: bool,
-               nan_loss: bool) -> torch.Tensor:
+def accumulate(
+    forward,
+    model: torch.nn.Module,
+    batches: list,
+    scaler,
+    hw: Hardware,
+    accum: int,
+    ddp: bool,
+    nan_loss: bool,
+) -> torch.Tensor:
     """Backward over the micro-batches; returns the batch's mean loss as a device scalar."""
     step_loss = torch.zeros((), device=hw.device)
     for i, (x, y) in enumerate(batches):

@@ -35,8 +35,10 @@ class Progress:
     def from_state(cls, saved: dict) -> Progress:
         """From a checkpoint's state. Checkpoints before 2026-11-30 kept each eval flat
         (``"heldout.loss"``); they resume with it nested, as evals are kept now."""
-        evals = [{k: v for k, v in e.items() if "." not in k} | _nest({k: v for k, v in e.items() if "." in k})
-                 for e in saved.get("evals", [])]
+        evals = [
+            {k: v for k, v in e.items() if "." not in k} | _nest({k: v for k, v in e.items() if "." in k})
+            for e in saved.get("evals", [])
+        ]
         return cls(**{**saved, "evals": evals})
 
     def losses(self) -> list[float]:
@@ -92,11 +94,20 @@ class AutoAnneal(Policy):
 
     def after_eval(self, prog: Progress) -> None:
         r = self.rule
-        if prog.anneal_start is None and prog.step >= r.min_step and stalled(prog.losses(), r.stall_window,
-                                                                             r.stall_eps):
+        if (
+            prog.anneal_start is None
+            and prog.step >= r.min_step
+            and stalled(prog.losses(), r.stall_window, r.stall_eps)
+        ):
             prog.anneal_start, prog.anneal_reason = prog.step, "stall"
-            log.info("auto-anneal: held-out loss stalled; the anneal starts at step %d (planned %d, bounds %d..%d)",
-                     prog.step, r.planned_step, r.min_step, r.max_step)
+            log.info(
+                "auto-anneal: held-out loss stalled; the anneal starts at step %d (planned %d, bounds "
+                "%d..%d)",
+                prog.step,
+                r.planned_step,
+                r.min_step,
+                r.max_step,
+            )
 
 
 @dataclass
@@ -124,8 +135,11 @@ class EarlyStop(Policy):
         best_at = min(range(len(since)), key=lambda i: since[i]["heldout"]["loss"])
         if len(since) - 1 - best_at < self.patience:
             return None
-        log.info("early stop: no held-out improvement in %d evals; best at step %d", self.patience,
-                 since[best_at]["step"])
+        log.info(
+            "early stop: no held-out improvement in %d evals; best at step %d",
+            self.patience,
+            since[best_at]["step"],
+        )
         return "early_stop"
 
 

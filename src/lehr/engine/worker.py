@@ -25,8 +25,10 @@ def main() -> int:
         return 1
     job_path, summary_path = sys.argv[1], sys.argv[2]
     rank = int(os.environ.get("RANK", 0))
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     job = json.loads(Path(job_path).read_text())
     summary = train(TrainConfig(**job["config"]), job["callbacks"])
     if rank == 0:

@@ -51,7 +51,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 
 def replace_dir(tmp: Path, dst: Path) -> None:
-    """Move the complete folder ``tmp`` to ``dst``; an old ``dst`` is deleted only once the new one is in place."""
+    """Move the complete folder ``tmp`` to ``dst``; an old ``dst`` goes only once the new one is in place."""
     old = sibling(dst, "old")
     fsync_dir(tmp)
     if dst.exists():
@@ -89,7 +89,9 @@ def recover(folder: Path, name: str | None = None) -> None:
         try:
             if kind == "old" and not target.exists():
                 os.replace(path, target)
-                log.warning("restored %s from %s, left between two renames by a killed write", target, path.name)
+                log.warning(
+                    "restored %s from %s, left between two renames by a killed write", target, path.name
+                )
                 continue
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         except FileNotFoundError:  # another process cleared it first

@@ -31,7 +31,11 @@ def _holder(fd: int) -> str:
         info = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except ValueError:
         info = {}
-    return f"pid {info.get('pid', '?')}: {info.get('cmd', 'unknown command')}" if info else "a process that is starting"
+    return (
+        f"pid {info.get('pid', '?')}: {info.get('cmd', 'unknown command')}"
+        if info
+        else "a process that is starting"
+    )
 
 
 @contextlib.contextmanager
@@ -45,12 +49,23 @@ def hold(folder: str | Path, purpose: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise FolderBusyError(
-                f"{folder} is in use by another run ({_holder(fd)}); lehr lets one process write a folder at a "
+                f"{folder} is in use by another run ({_holder(fd)}); lehr lets one process write a folder "
+                "at a "
                 f"time. Wait for that run to finish, or stop it, then run again."
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "cmd": " ".join(sys.argv)[:300], "purpose": purpose,
-                                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        os.pwrite(
+            fd,
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "cmd": " ".join(sys.argv)[:300],
+                    "purpose": purpose,
+                    "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                }
+            ).encode(),
+            0,
+        )
         yield
     finally:
         os.close(fd)  # releases the lock

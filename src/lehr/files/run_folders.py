@@ -27,7 +27,10 @@ class Layout:
     anneal_branches: Path  # <branch>/final, ...
 
     def kinds(self) -> tuple:
-        return (("stable", self.stable_run, "pre_anneal"), ("anneal", self.anneal_runs, "final"))  # kind, root, end
+        return (
+            ("stable", self.stable_run, "pre_anneal"),
+            ("anneal", self.anneal_runs, "final"),
+        )  # kind, root, end
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,17 @@ def scan(layout: Layout) -> list[RunFolder]:
                 continue
             steps = sorted(int(p.name.split("_")[1]) for p in path.glob("checkpoints/step_*") if p.is_dir())
             size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-            found.append(RunFolder(path, kind, steps[-1] if steps else None, (path / end / "state.json").is_file(),
-                                   path.resolve() in used, size, locks.holder(path)))
+            found.append(
+                RunFolder(
+                    path,
+                    kind,
+                    steps[-1] if steps else None,
+                    (path / end / "state.json").is_file(),
+                    path.resolve() in used,
+                    size,
+                    locks.holder(path),
+                )
+            )
     return found
 
 

@@ -21,6 +21,7 @@ from lehr.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 
+
 def flatten(d, prefix: str = "") -> dict[str, str]:
     """``{"pretrain": PretrainParams(model=...)}`` -> ``{"pretrain.model.preset": "tiny", ...}``."""
     if dataclasses.is_dataclass(d):
@@ -80,10 +81,14 @@ class MlflowTracking:
         except Exception as e:
             reason = str(e).splitlines()[0][:300]
         # Tracking never costs a run: the stage goes on, and says how to fix or silence this.
-        log.warning("MLflow tracking at %s is not available (%s): this run goes on without MLflow (its metrics "
-                    "are in the run folders and data/08_reporting). Start the server, point "
-                    "MLFLOW_TRACKING_URI elsewhere, or turn tracking off with LEHR_MLFLOW=0 or "
-                    "`enabled: false` in conf/base/mlflow.yml.", uri, reason)
+        log.warning(
+            "MLflow tracking at %s is not available (%s): this run goes on without MLflow (its metrics "
+            "are in the run folders and data/08_reporting). Start the server, point "
+            "MLFLOW_TRACKING_URI elsewhere, or turn tracking off with LEHR_MLFLOW=0 or "
+            "`enabled: false` in conf/base/mlflow.yml.",
+            uri,
+            reason,
+        )
         self._end_quietly("FAILED")
 
     def _start(self, uri: str, run_params: dict, catalog) -> None:
@@ -104,17 +109,28 @@ class MlflowTracking:
         self._run = mlflow.start_run(run_name=f"{stage} ({group})")
         shards, tokenizer = _path_of(catalog, "shards"), _path_of(catalog, "tokenizer")
         tags = {
-            "lehr.stage": stage, "lehr.group": group, "lehr.kedro_env": self._env, "dvc.exp_name": exp_name,
-            "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""), **{k: str(v) for k, v in git.items()},
+            "lehr.stage": stage,
+            "lehr.group": group,
+            "lehr.kedro_env": self._env,
+            "dvc.exp_name": exp_name,
+            "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
+            **{k: str(v) for k, v in git.items()},
             "data.manifest_sha256": _file_sha256(shards / "manifest.json") if shards else "",
             "data.tokenizer_sha256": _file_sha256(tokenizer) if tokenizer else "",
         }
         import torch
 
-        tags.update({"torch": torch.__version__, "cuda": str(torch.version.cuda),
-                     "device": "cuda" if torch.cuda.is_available() else "cpu"})
+        tags.update(
+            {
+                "torch": torch.__version__,
+                "cuda": str(torch.version.cuda),
+                "device": "cuda" if torch.cuda.is_available() else "cpu",
+            }
+        )
         mlflow.set_tags(tags)
-        wanted = {k: v for k, v in self._params.items() if k in _PARAM_SECTIONS.get(stage, _PARAM_SECTIONS["all"])}
+        wanted = {
+            k: v for k, v in self._params.items() if k in _PARAM_SECTIONS.get(stage, _PARAM_SECTIONS["all"])
+        }
         mlflow.log_params(flatten(wanted))
 
     @hook_impl
@@ -134,7 +150,11 @@ class MlflowTracking:
             path = _path_of(catalog, dataset)
             if path is None:
                 continue
-            if path.is_file() and path.suffix in (".json", ".png", ".txt", ".csv") and path.stat().st_size < 20 << 20:
+            if (
+                path.is_file()
+                and path.suffix in (".json", ".png", ".txt", ".csv")
+                and path.stat().st_size < 20 << 20
+            ):
                 mlflow.log_artifact(str(path), artifact_path="reports")
             elif path.is_dir():  # checkpoints and shards live in DVC: MLflow gets their path and hash
                 weights = next(path.rglob("model.safetensors"), None) or path / "manifest.json"
@@ -183,8 +203,11 @@ def unreachable(uri: str, timeout: float = 5.0) -> str | None:
 
 
 _PARAM_SECTIONS = {
-    "tokenize": {"tokenize"}, "shard": {"shard"}, "pretrain_stable": {"pretrain"},
-    "anneal": {"pretrain", "anneal"}, "evaluate": {"pretrain", "anneal", "evaluate"},
+    "tokenize": {"tokenize"},
+    "shard": {"shard"},
+    "pretrain_stable": {"pretrain"},
+    "anneal": {"pretrain", "anneal"},
+    "evaluate": {"pretrain", "anneal", "evaluate"},
     "all": {"tokenize", "shard", "pretrain", "anneal", "evaluate"},
 }
 

@@ -19,8 +19,10 @@ def _git(*args: str) -> str | None:
 
 def git_info() -> dict:
     status = _git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": _git("rev-parse", "HEAD") or "unknown",
-            "git_dirty": bool(status) if status is not None else None}
+    return {
+        "git_commit": _git("rev-parse", "HEAD") or "unknown",
+        "git_dirty": bool(status) if status is not None else None,
+    }
 
 
 def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = None) -> dict:
@@ -31,7 +33,9 @@ def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = No
     manifest_file = Path(manifest["root"]) / "manifest.json"
     inputs = {str(manifest_file): hashlib.sha256(manifest_file.read_bytes()).hexdigest()}
     for path in (checkpoints or {}).values():
-        inputs[str(Path(path) / "state.json")] = hashlib.sha256((Path(path) / "state.json").read_bytes()).hexdigest()
+        inputs[str(Path(path) / "state.json")] = hashlib.sha256(
+            (Path(path) / "state.json").read_bytes()
+        ).hexdigest()
     return {
         **git_info(),
         "stage": stage,

@@ -67,12 +67,17 @@ def mark_attempt(run_dir: str) -> None:
 
 def _mark(mlflow, run, run_dir: str) -> None:
     client = mlflow.MlflowClient()
-    earlier = [r for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_dir` = '{run_dir}'")
-               if r.info.run_id != run.info.run_id]
+    earlier = [
+        r
+        for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_dir` = '{run_dir}'")
+        if r.info.run_id != run.info.run_id
+    ]
     for r in earlier:
         if r.info.status == "RUNNING":
             client.set_terminated(r.info.run_id, "KILLED")
-    mlflow.set_tags({"lehr.run_dir": run_dir, "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier)})
+    mlflow.set_tags(
+        {"lehr.run_dir": run_dir, "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier)}
+    )
 
 
 class Forwarder:
@@ -92,9 +97,14 @@ class Forwarder:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.inbox.put([Metric(f"{rec['kind']}.{k}", float(v), now, rec["step"]) for rec in records
-                        for k, v in rec.items()
-                        if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)])
+        self.inbox.put(
+            [
+                Metric(f"{rec['kind']}.{k}", float(v), now, rec["step"])
+                for rec in records
+                for k, v in rec.items()
+                if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
+        )
 
     def _loop(self) -> None:
         while True:
@@ -107,7 +117,7 @@ class Forwarder:
             self.pending.extend(item)
             if len(self.pending) > MAX_PENDING:
                 self.dropped += len(self.pending) - MAX_PENDING
-                del self.pending[:len(self.pending) - MAX_PENDING]
+                del self.pending[: len(self.pending) - MAX_PENDING]
             self._send()
 
     def _send(self) -> bool:
@@ -118,10 +128,13 @@ class Forwarder:
             except Exception as e:
                 self.failures += 1
                 if self.failures in (1, 10) or self.failures % 100 == 0:
-                    log.warning("MLflow: could not log metrics (%s); %d held, training goes on",
-                                str(e).splitlines()[0][:200], len(self.pending))
+                    log.warning(
+                        "MLflow: could not log metrics (%s); %d held, training goes on",
+                        str(e).splitlines()[0][:200],
+                        len(self.pending),
+                    )
                 return False
-            del self.pending[:len(batch)]
+            del self.pending[: len(batch)]
             self.failures = 0
         return True
 
@@ -134,8 +147,11 @@ class Forwarder:
             time.sleep(1.0)
         lost = self.dropped + len(self.pending) + sum(len(m) for m in list(self.inbox.queue) if m)
         if lost:
-            log.warning("MLflow: %d metric value(s) could not be logged and were dropped; metrics.jsonl in "
-                        "the run folder holds them all", lost)
+            log.warning(
+                "MLflow: %d metric value(s) could not be logged and were dropped; metrics.jsonl in "
+                "the run folder holds them all",
+                lost,
+            )
 
 
 def mlflow_forwarder():

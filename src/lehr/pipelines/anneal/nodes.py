@@ -11,19 +11,33 @@ from lehr.run_config import anneal_config, anneal_run_dir, branch_name, read_cur
 from lehr.tracking import provenance
 
 
-def train_anneal(shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams,
-                 anneal: AnnealParams) -> tuple[dict, dict]:
+def train_anneal(
+    shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams, anneal: AnnealParams
+) -> tuple[dict, dict]:
     branch = branch_name(pretrain, anneal)
     run_dir = anneal_run_dir(anneal_runs, branch, pre_anneal)
-    cfg = anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, provenance.collect("anneal", shards, {"pre_anneal": pre_anneal}))
+    cfg = anneal_config(
+        pretrain,
+        anneal,
+        shards,
+        pre_anneal,
+        run_dir,
+        provenance.collect("anneal", shards, {"pre_anneal": pre_anneal}),
+    )
     summary = run_engine(cfg, pretrain)
     return {"branch": branch, "run_dir": str(run_dir)}, {**summary, "branch": branch}
 
 
 def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:
     heldout = summary["heldout"] or {}
-    metrics = {"branch": summary["branch"], "step": summary["step"], "tokens": summary["tokens"],
-               "stopped": summary["stopped"] or "end", "skipped_steps": summary["skips_total"],
-               "best_heldout_loss": summary["best_loss"], "tiers": summary["tiers"],
-               **{source: m for source, m in heldout.items() if isinstance(m, dict)}}
+    metrics = {
+        "branch": summary["branch"],
+        "step": summary["step"],
+        "tokens": summary["tokens"],
+        "stopped": summary["stopped"] or "end",
+        "skipped_steps": summary["skips_total"],
+        "best_heldout_loss": summary["best_loss"],
+        "tiers": summary["tiers"],
+        **{source: m for source, m in heldout.items() if isinstance(m, dict)},
+    }
     return metrics, read_curve(Path(summary["out_dir"]))

@@ -4,8 +4,19 @@ from lehr.pipelines.anneal.nodes import summarize_anneal, train_anneal
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline([
-        Node(train_anneal, ["shards", "pre_anneal", "anneal_runs", "params:pretrain", "params:anneal"],
-             ["anneal_branches", "anneal_summary_raw"], name="train_anneal_node"),
-        Node(summarize_anneal, "anneal_summary_raw", ["anneal_metrics", "anneal_curve"], name="summarize_anneal_node"),
-    ])
+    return Pipeline(
+        [
+            Node(
+                train_anneal,
+                ["shards", "pre_anneal", "anneal_runs", "params:pretrain", "params:anneal"],
+                ["anneal_branches", "anneal_summary_raw"],
+                name="train_anneal_node",
+            ),
+            Node(
+                summarize_anneal,
+                "anneal_summary_raw",
+                ["anneal_metrics", "anneal_curve"],
+                name="summarize_anneal_node",
+            ),
+        ]
+    )

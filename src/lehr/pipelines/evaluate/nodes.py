@@ -31,21 +31,29 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
     return "final", branch / "final"
 
 
-def chosen_branches(branches: dict[str, Path], pretrain: PretrainParams, anneal: AnnealParams,
-                    params: EvaluateParams) -> list[str]:
+def chosen_branches(
+    branches: dict[str, Path], pretrain: PretrainParams, anneal: AnnealParams, params: EvaluateParams
+) -> list[str]:
     current = branch_name(pretrain, anneal)
     wanted = sorted(branches) if params.branches == ["all"] else [current, *params.branches]
     missing = [b for b in wanted if b not in branches]
     if missing:
         raise ValueError(
-            f"unknown anneal branch(es) {', '.join(missing)}; the branches are: {', '.join(sorted(branches)) or 'none'}. "
+            f"unknown anneal branch(es) {', '.join(missing)}; the branches are: "
+            f"{', '.join(sorted(branches)) or 'none'}. "
             f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
         )
     return list(dict.fromkeys(wanted))
 
 
-def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], pretrain: PretrainParams,
-                    anneal: AnnealParams, params: EvaluateParams) -> tuple[dict, str]:
+def evaluate_models(
+    shards: dict,
+    pre_anneal: Path,
+    branches: dict[str, Path],
+    pretrain: PretrainParams,
+    anneal: AnnealParams,
+    params: EvaluateParams,
+) -> tuple[dict, str]:
     names = chosen_branches(branches, pretrain, anneal, params)
     hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
@@ -55,8 +63,11 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
     shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
     held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
     tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
-    metrics: dict = {"unigram": unigram_bpb(
-        [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size)}
+    metrics: dict = {
+        "unigram": unigram_bpb(
+            [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size
+        )
+    }
     samples = []
     for name, path in models.items():
         model = first if path == pre_anneal else load_model(path, hw.device)
@@ -74,15 +85,31 @@ def evaluate_models(shards: dict, pre_anneal: Path, branches: dict[str, Path], p
     metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
     metrics["anneal_gain"] = {
         key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
-        for key in metrics["pre_anneal"]}
+        for key in metrics["pre_anneal"]
+    }
     return metrics, "\n".join(samples)
 
 
 def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple[pd.DataFrame, plt.Figure]:
     """Train loss, held-out loss and LR across stable + anneal, as a table (DVC plots) and a PNG."""
-    curves = pd.concat([stable_curve.assign(phase="stable"), anneal_curve.assign(phase="anneal")], ignore_index=True)
-    keep = [c for c in ("step", "phase", "kind", "loss", "lr", "grad_norm", "tok_per_s", "heldout.loss",
-                        "heldout.bpb") if c in curves.columns]
+    curves = pd.concat(
+        [stable_curve.assign(phase="stable"), anneal_curve.assign(phase="anneal")], ignore_index=True
+    )
+    keep = [
+        c
+        for c in (
+            "step",
+            "phase",
+            "kind",
+            "loss",
+            "lr",
+            "grad_norm",
+            "tok_per_s",
+            "heldout.loss",
+            "heldout.bpb",
+        )
+        if c in curves.columns
+    ]
     curves = curves[keep].sort_values(["step", "kind"]).reset_index(drop=True)
     fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=[3, 1])
     for phase in ("stable", "anneal"):

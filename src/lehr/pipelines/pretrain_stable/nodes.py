@@ -19,8 +19,14 @@ def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[P
 
 def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
     heldout = summary["heldout"] or {}
-    metrics = {"step": summary["step"], "tokens": summary["tokens"], "anneal_start": summary["anneal_start"],
-               "anneal_reason": summary["anneal_reason"], "skipped_steps": summary["skips_total"],
-               "n_params": summary["n_params"], "tiers": summary["tiers"],
-               **{source: m for source, m in heldout.items() if isinstance(m, dict)}}
+    metrics = {
+        "step": summary["step"],
+        "tokens": summary["tokens"],
+        "anneal_start": summary["anneal_start"],
+        "anneal_reason": summary["anneal_reason"],
+        "skipped_steps": summary["skips_total"],
+        "n_params": summary["n_params"],
+        "tiers": summary["tiers"],
+        **{source: m for source, m in heldout.items() if isinstance(m, dict)},
+    }
     return metrics, read_curve(Path(summary["out_dir"]))

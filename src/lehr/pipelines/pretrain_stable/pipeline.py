@@ -4,9 +4,19 @@ from lehr.pipelines.pretrain_stable.nodes import summarize_stable, train_stable
 
 
 def create_pipeline(**kwargs) -> Pipeline:
-    return Pipeline([
-        Node(train_stable, ["shards", "stable_run", "params:pretrain"], ["pre_anneal", "stable_summary_raw"],
-             name="train_stable_node"),
-        Node(summarize_stable, "stable_summary_raw", ["stable_metrics", "stable_curve"],
-             name="summarize_stable_node"),
-    ])
+    return Pipeline(
+        [
+            Node(
+                train_stable,
+                ["shards", "stable_run", "params:pretrain"],
+                ["pre_anneal", "stable_summary_raw"],
+                name="train_stable_node",
+            ),
+            Node(
+                summarize_stable,
+                "stable_summary_raw",
+                ["stable_metrics", "stable_curve"],
+                name="summarize_stable_node",
+            ),
+        ]
+    )

@@ -16,12 +16,18 @@ def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: Sha
     sha = tokenizer_sha256(tokenizer)
     if sha != token_streams.tokenizer_sha256:
         raise TokenStoreError(
-            f"the tokenizer ({sha[:12]}) is not the one that encoded the token streams in {token_streams.root} "
+            f"the tokenizer ({sha[:12]}) is not the one that encoded the token streams in "
+            f"{token_streams.root} "
             f"({token_streams.tokenizer_sha256[:12]}): the tokenizer file was replaced after tokenize ran. "
             f"Re-run the tokenize stage (dvc repro tokenize) so tokens and tokenizer match."
         )
     info = {"sha256": sha, "vocab_size": tokenizer.get_vocab_size(), "eot_id": tokenizer.token_to_id(EOT)}
     names = list(token_streams.streams)
-    return ShardSpec({n: functools.partial(token_streams.chunks, n) for n in names},
-                     {n: token_streams.stats(n) for n in names}, token_streams.dtype, params.shard_tokens, info,
-                     tokenizer.to_str())
+    return ShardSpec(
+        {n: functools.partial(token_streams.chunks, n) for n in names},
+        {n: token_streams.stats(n) for n in names},
+        token_streams.dtype,
+        params.shard_tokens,
+        info,
+        tokenizer.to_str(),
+    )

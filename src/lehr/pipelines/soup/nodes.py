@@ -12,11 +12,16 @@ from lehr.params import SoupParams
 
 def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
     if len(params.branches) < 2:
-        raise ValueError("parameter soup.branches must name at least two anneal branches, e.g. "
-                         "--params soup.branches=a+b (Kedro splits --params on commas)")
+        raise ValueError(
+            "parameter soup.branches must name at least two anneal branches, e.g. "
+            "--params soup.branches=a+b (Kedro splits --params on commas)"
+        )
     missing = [b for b in params.branches if b not in branches]
     if missing:
-        raise ValueError(f"unknown anneal branch(es) {', '.join(missing)}; the branches are: {', '.join(branches) or 'none'}")
+        raise ValueError(
+            f"unknown anneal branch(es) {', '.join(missing)}; the branches are: "
+            f"{', '.join(branches) or 'none'}"
+        )
     name = params.name or "soup-" + "-".join(params.branches)
     run_dir = Path(tempfile.mkdtemp(prefix="lehr-soup-"))
     average([branches[b] / "final" for b in params.branches], run_dir / "final")

@@ -13,13 +13,18 @@ from lehr.data.tokenization import train_bpe
 
 
 def _settings(params: TokenizeParams) -> Settings:
-    return Settings(errors="strict" if params.on_decode_error == "error" else "replace",
-                    text_field=params.text_field, cap=params.max_bytes_per_stream, batch_size=params.batch_size)
+    return Settings(
+        errors="strict" if params.on_decode_error == "error" else "replace",
+        text_field=params.text_field,
+        cap=params.max_bytes_per_stream,
+        batch_size=params.batch_size,
+    )
 
 
 def train_tokenizer(corpus: Corpus, params: TokenizeParams) -> Tokenizer:
-    sample = bpe_sample(Corpus(corpus.root, params.text_field), _settings(params), params.train_sample_bytes,
-                        params.workers)
+    sample = bpe_sample(
+        Corpus(corpus.root, params.text_field), _settings(params), params.train_sample_bytes, params.workers
+    )
     if not sample:
         raise ValueError(f"corpus {corpus.root} has no training documents (only held-out ones?)")
     return train_bpe(sample, params.vocab_size, params.special_tokens, params.min_frequency)
@@ -27,8 +32,14 @@ def train_tokenizer(corpus: Corpus, params: TokenizeParams) -> Tokenizer:
 
 def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, params: TokenizeParams, token_parts: Path) -> dict:
     """Tokens go to ``token_parts`` as they are made; returns the index the catalog saves beside them."""
-    return encode_corpus_to_parts(Corpus(corpus.root, params.text_field), tokenizer, Path(token_parts),
-                                  _settings(params), params.workers, params.slice)
+    return encode_corpus_to_parts(
+        Corpus(corpus.root, params.text_field),
+        tokenizer,
+        Path(token_parts),
+        _settings(params),
+        params.workers,
+        params.slice,
+    )
 
 
 def tokenize(corpus: Corpus, params: TokenizeParams, token_parts: Path) -> tuple[Tokenizer, dict]:
