@@ -39,6 +39,14 @@ def runs_of(repo):
     return mlflow.search_runs(experiment_names=["lehr"]), mlflow.MlflowClient()
 
 
+def linear_decay_experiment(repo, **kwargs):
+    """Commit the first run, then `dvc exp run` the anneal with a linear decay."""
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "first run")
+    change = "conf/base/parameters_anneal.yml:anneal.shape=linear"
+    return sh(repo, "dvc", "exp", "run", "-n", "linear-decay", "-S", change, **kwargs)
+
+
 def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
     for artifact in (
         "data/02_intermediate/tokenizer.json",
@@ -89,20 +97,8 @@ def test_info_cli_names_the_commit_config_and_data(repo):
 
 
 def test_experiment_reruns_only_anneal_and_evaluate(repo):
-    sh(repo, "git", "add", "-A")
-    sh(repo, "git", "commit", "-qm", "first run")
     pre = dir_hash(repo / "data/06_models/pre_anneal")
-    out = sh(
-        repo,
-        "dvc",
-        "exp",
-        "run",
-        "-n",
-        "linear-decay",
-        "-S",
-        "conf/base/parameters_anneal.yml:anneal.shape=linear",
-        extra_env=MLFLOW,
-    )
+    out = linear_decay_experiment(repo, extra_env=MLFLOW)
     assert stages_run(out.stdout) == ["anneal", "evaluate"]
     assert dir_hash(repo / "data/06_models/pre_anneal") == pre
     out = sh(
@@ -156,18 +152,7 @@ def test_comparison_notebook_executes(repo, monkeypatch):
     from tests import ROOT
     from tests.e2e import env
 
-    sh(repo, "git", "add", "-A")
-    sh(repo, "git", "commit", "-qm", "first run")
-    sh(
-        repo,
-        "dvc",
-        "exp",
-        "run",
-        "-n",
-        "linear-decay",
-        "-S",
-        "conf/base/parameters_anneal.yml:anneal.shape=linear",
-    )
+    linear_decay_experiment(repo)
     for key, value in env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("LEHR_PROJECT", str(repo))

@@ -119,27 +119,10 @@ def test_resume_under_changed_math_is_refused_naming_keys(tiny_config, tmp_path)
 def test_branch_from_an_initial_checkpoint(tiny_config, tmp_path):
     train(tiny_config(out_dir=str(tmp_path / "base"), total_steps=20))
     start = tmp_path / "base" / "final"
-    s = train(
-        tiny_config(
-            out_dir=str(tmp_path / "branch"),
-            init_from=str(start),
-            data_seed=5,
-            anneal_start=20,
-            anneal_steps=10,
-            end_step=30,
-        )
-    )
+    branch = dict(init_from=str(start), data_seed=5, anneal_start=20, anneal_steps=10, end_step=30)
+    s = train(tiny_config(out_dir=str(tmp_path / "branch"), **branch))
     assert s["mode"] == "branch" and s["step"] == 30
-    again = train(
-        tiny_config(
-            out_dir=str(tmp_path / "branch"),
-            init_from=str(start),
-            data_seed=5,
-            anneal_start=20,
-            anneal_steps=10,
-            end_step=30,
-        )
-    )
+    again = train(tiny_config(out_dir=str(tmp_path / "branch"), **branch))
     assert again["mode"] == "resume"  # its own folder wins over the initial checkpoint
     assert os.path.isdir(tmp_path / "branch" / "best")
 
