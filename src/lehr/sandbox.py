@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lehr.project import catalog_paths
+
 MARKER = ".lehr-sandbox"
 COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".gitignore", ".telemetry", "conf", "src", "notebooks")
 
@@ -47,7 +49,7 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
     (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
     (dest / MARKER).write_text(f"a lehr sandbox of {project.resolve()}; `make smoke` replaces it\n")
     if corpus is not None:
-        shutil.copytree(corpus, dest / "data" / "01_raw" / "bundled")
+        shutil.copytree(corpus, catalog_paths(dest, profile)["corpus"])
     # A throwaway repo commits under its own name: a fresh machine may have no git identity.
     who = ["-c", "user.name=lehr sandbox", "-c", "user.email=sandbox@lehr.invalid"]
     for cmd in (

@@ -25,8 +25,6 @@ from lehr.engine.signals import GracefulStop
 from lehr.engine.start import build, start
 from lehr.engine.stopping import DivergedError, Divergence, policies
 
-EXIT_DIVERGED = 3
-
 
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
     """Train ``cfg`` from wherever it should start (fresh, resume, branch); returns a summary."""
