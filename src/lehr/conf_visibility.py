@@ -13,6 +13,8 @@ from pathlib import Path
 import yaml
 from kedro.framework.hooks import hook_impl
 
+from lehr.project import profile_in_force
+
 
 def tracked_params(dvc_yaml: Path) -> dict[str, set[str]]:
     """params file -> the top-level keys some stage tracks (``*``: the whole file)."""
@@ -72,8 +74,10 @@ class ConfigInForce:
 
     @hook_impl
     def after_context_created(self, context) -> None:
-        self._project, self._env = Path(context.project_path), context.env
-        os.environ[PROFILE_ENV] = context.env
+        self._project = Path(context.project_path)
+        # Without --env, Kedro leaves context.env None and runs its default env: the profile in force.
+        self._env = context.env or profile_in_force(self._project)
+        os.environ[PROFILE_ENV] = self._env
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kedro.framework.hooks import hook_impl
 
+from lehr.project import profile_in_force
 from lehr.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class MlflowTracking:
     def after_context_created(self, context) -> None:
         self._settings = context.config_loader["mlflow"] if "mlflow" in context.config_loader else {}
         self._params = context.params
-        self._env = context.env
+        self._env = context.env or profile_in_force(Path(context.project_path))  # None without --env
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:
