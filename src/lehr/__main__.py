@@ -112,6 +112,50 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_and_tokenizer(args: argparse.Namespace):
+    import torch
+    from tokenizers import Tokenizer
+
+    from lehr.engine.evaluation import load_model
+    from lehr.engine.export import checked_tokenizer
+
+    checkpoint = Path(args.checkpoint)
+    _state(checkpoint)  # a clear error for a folder that is not a checkpoint
+    tokenizer = checked_tokenizer(checkpoint, Path(args.tokenizer) if args.tokenizer else None)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return load_model(checkpoint, device), Tokenizer.from_file(str(tokenizer)), device
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from lehr.engine.tasks import Scorer, evaluate_task, read_task
+
+    task = read_task(Path(args.task))
+    model, tokenizer, device = _model_and_tokenizer(args)
+    result = evaluate_task(Scorer(model, tokenizer, device, args.batch_size), task, args.limit)
+    print(json.dumps({"task": task.name, "kind": task.kind, **result}, indent=1))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    model, tokenizer, device = _model_and_tokenizer(args)
+    ids = torch.tensor([tokenizer.encode(args.prompt).ids or [tokenizer.token_to_id("<|endoftext|>")]])
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    ids, new, shown = ids.to(device), [], ""
+    print(args.prompt, end="", flush=True)
+    with torch.no_grad():
+        for _ in range(args.max_tokens):  # a token at a time, printed as it comes
+            ids = model.generate(ids, 1, temperature=args.temperature, top_k=args.top_k, generator=gen)
+            new.append(ids[0, -1].item())
+            text = tokenizer.decode(new)
+            if text.startswith(shown) and not text.endswith("\ufffd"):  # wait out a split UTF-8 character
+                print(text[len(shown) :], end="", flush=True)
+                shown = text
+    print(tokenizer.decode(new)[len(shown) :])
+    return 0
+
+
 def _check(args: argparse.Namespace) -> int:
     """Validate every stage's params under a profile, as the stages would, without running one.
 
@@ -233,6 +277,24 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="validate every stage's params under a profile without running anything")
     p.add_argument("--env", help="the Kedro environment (profile); default: the one in conf/profile.yaml")
     p.set_defaults(func=_check)
+    p = sub.add_parser("eval", help="score a checkpoint on a task file (JSONL: multiple choice or cloze)")
+    p.add_argument("checkpoint")
+    p.add_argument(
+        "--task", required=True, help='{"context", "choices", "label"} or {"context", "target"} lines'
+    )
+    p.add_argument("--limit", type=int, help="the first N examples only")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
+    p.set_defaults(func=_eval)
+    p = sub.add_parser("generate", help="sample text from a checkpoint, streamed to stdout")
+    p.add_argument("checkpoint")
+    p.add_argument("--prompt", default="The")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
+    p.set_defaults(func=_generate)
     p = sub.add_parser(
         "sandbox", help="a throwaway copy of this project on a profile, as its own git + DVC repo"
     )
