@@ -61,6 +61,15 @@ def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
     for key in ("pre_anneal", "anneal", "anneal_gain", "unigram"):
         assert "bpb" in metrics[key]["heldout"]
     assert set(metrics["pre_anneal"]) >= {"wikipedia", "sotu", "heldout"}
+    for model in ("pre_anneal", "anneal"):  # the built-in held-out tasks, with stderr and chance
+        tasks = metrics[model]["tasks"]
+        assert set(tasks) == {"heldout_last_word", "heldout_next_sentence"}
+        assert (
+            tasks["heldout_next_sentence"]["chance"] == 0.25
+            and tasks["heldout_next_sentence"]["examples"] > 0
+        )
+        assert 0 <= tasks["heldout_last_word"]["acc"] <= 1 and "acc_stderr" in tasks["heldout_last_word"]
+    assert (repo / "data/08_reporting/task_accuracy.png").is_file()
     stable = json.loads((repo / "data/08_reporting/stable_metrics.json").read_text())
     assert set(stable["tiers"]) == {"gold", "silver"} and all(
         t["epochs"] > 0 for t in stable["tiers"].values()
@@ -333,4 +342,23 @@ def test_an_override_in_conf_local_is_a_change_dvc_sees_and_a_stray_one_is_refus
     assert (
         "parameters_mine.yml"
         in sh(repo, "python", "-m", "lehr", "check", "--env", "local", check=False).stderr
+    )
+
+
+def test_a_task_file_of_your_own_reruns_evaluate_and_is_scored_on_every_model(repo):
+    from tests import ROOT
+
+    shutil.copy2(
+        ROOT / "tests/fixtures/tasks/everyday_choice.jsonl", repo / "data/01_raw/tasks/everyday.jsonl"
+    )
+    assert set(json.loads(sh(repo, "dvc", "status", "--json").stdout)) == {"evaluate"}
+    out = sh(repo, "dvc", "repro")
+    assert stages_run(out.stdout) == ["evaluate"]
+    metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
+    for model in ("pre_anneal", "anneal"):
+        assert metrics[model]["tasks"]["everyday"]["examples"] == 6
+    bad = sh(repo, "kedro", "run", "--pipeline", "evaluate", "--params", "evaluate.tasks=nope", check=False)
+    assert (
+        bad.returncode != 0
+        and "unknown task(s) nope in evaluate.tasks; the tasks are: everyday" in bad.stderr
     )

@@ -128,10 +128,14 @@ class EvaluateParams(Section):
     eval_windows: int  # held-out windows per source (more than during training: a final figure)
     sample_prompt: str
     sample_tokens: int
+    tasks: list[str] | str = (
+        "all"  # task files to score every model on: all, or names (built-in and user); or a+b
+    )
     SECTION: typing.ClassVar[str] = "evaluate"
 
     def check(self) -> None:
         object.__setattr__(self, "branches", names(self.branches))
+        object.__setattr__(self, "tasks", names(self.tasks))
         require_positive(self, "eval_windows")
 
 

@@ -15,7 +15,17 @@ from pathlib import Path
 from lehr.project import catalog_paths
 
 MARKER = ".lehr-sandbox"
-COPIED = ("pyproject.toml", "dvc.yaml", ".dvcignore", ".gitignore", ".telemetry", "conf", "src", "notebooks")
+COPIED = (
+    "pyproject.toml",
+    "dvc.yaml",
+    ".dvcignore",
+    ".gitignore",
+    ".telemetry",
+    "conf",
+    "src",
+    "notebooks",
+    "data/01_raw/tasks",
+)
 
 
 def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) -> Path:

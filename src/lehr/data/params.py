@@ -51,7 +51,15 @@ class TokenizeParams(Section):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardParams(Section):
     shard_tokens: int  # tokens per shard file (the last shard of a stream may be shorter)
+    task_examples: int = 200  # built-in held-out tasks: examples per source and task; 0 = none
+    task_seed: int = 0  # the built-in tasks' distractors and answer positions
     SECTION: typing.ClassVar[str] = "shard"
 
     def check(self) -> None:
         require_positive(self, "shard_tokens")
+        require(
+            self.task_examples >= 0,
+            "task_examples",
+            self.task_examples,
+            "must be >= 0 (0 = no built-in tasks)",
+        )

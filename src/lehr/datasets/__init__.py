@@ -5,6 +5,7 @@ from lehr.datasets.checkpoint_dataset import CheckpointDataset
 from lehr.datasets.corpus_dataset import CorpusDataset
 from lehr.datasets.path_dataset import RunDirDataset
 from lehr.datasets.shards_dataset import ShardsDataset
+from lehr.datasets.task_files_dataset import TaskFilesDataset
 from lehr.datasets.token_streams_dataset import TokenStreamsDataset
 from lehr.datasets.tokenizer_dataset import TokenizerDataset
 
@@ -14,6 +15,7 @@ __all__ = [
     "CorpusDataset",
     "RunDirDataset",
     "ShardsDataset",
+    "TaskFilesDataset",
     "TokenStreamsDataset",
     "TokenizerDataset",
 ]

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 from lehr.engine.data import ShardSet
 from lehr.engine.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
 from lehr.engine.hardware import resolve
+from lehr.engine.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.params import AnnealParams, EvaluateParams, PretrainParams
 from lehr.run_config import branch_name
 
@@ -46,15 +47,39 @@ def chosen_branches(
     return list(dict.fromkeys(wanted))
 
 
+def chosen_tasks(
+    heldout_tasks: dict[str, Path], user_tasks: dict[str, Path], params: EvaluateParams
+) -> list[Task]:
+    """The tasks ``evaluate.tasks`` names (``all``: every built-in and user task), read and checked."""
+    available = {**heldout_tasks, **user_tasks}
+    clash = sorted(set(heldout_tasks) & set(user_tasks))
+    if clash:
+        raise ValueError(
+            f"user task(s) {', '.join(clash)} in {next(iter(user_tasks.values())).parent} have the "
+            f"name of a built-in task; rename the file(s)"
+        )
+    wanted = sorted(available) if params.tasks == ["all"] else params.tasks
+    missing = [t for t in wanted if t not in available]
+    if missing:
+        raise ValueError(
+            f"unknown task(s) {', '.join(missing)} in evaluate.tasks; the tasks are: "
+            f"{', '.join(sorted(available)) or 'none'}"
+        )
+    return [read_task(available[t]) for t in wanted]
+
+
 def evaluate_models(
     shards: dict,
     pre_anneal: Path,
     branches: dict[str, Path],
+    heldout_tasks: dict[str, Path],
+    user_tasks: dict[str, Path],
     pretrain: PretrainParams,
     anneal: AnnealParams,
     params: EvaluateParams,
 ) -> tuple[dict, str]:
     names = chosen_branches(branches, pretrain, anneal, params)
+    tasks = chosen_tasks(heldout_tasks, user_tasks, params)
     hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
     weights = {b: scored_weights(branches[b]) for b in names}
@@ -77,6 +102,9 @@ def evaluate_models(
         for part in name:
             node = node.setdefault(part, {})
         node.update(result)
+        scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
+        if tasks:
+            node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
         text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
         samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
     for b in names:
@@ -86,8 +114,35 @@ def evaluate_models(
     metrics["anneal_gain"] = {
         key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
         for key in metrics["pre_anneal"]
+        if key != "tasks"
     }
     return metrics, "\n".join(samples)
+
+
+def plot_tasks(metrics: dict) -> plt.Figure:
+    """Task accuracy per model (pre_anneal and each branch scored), with standard errors and chance."""
+    models = {"pre_anneal": metrics["pre_anneal"], **metrics.get("branches", {})}
+    tasks = sorted(metrics["pre_anneal"].get("tasks", {}))
+    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.5 * max(1, len(tasks)) * len(models) / 2))
+    if not tasks:
+        ax.text(0.5, 0.5, "no tasks (evaluate.tasks)", ha="center", va="center")
+        ax.axis("off")
+        return fig
+    height = 0.8 / len(models)
+    for m, (name, result) in enumerate(models.items()):
+        accs = [result["tasks"][t]["acc"] for t in tasks]
+        errs = [result["tasks"][t]["acc_stderr"] for t in tasks]
+        ax.barh([i + m * height for i in range(len(tasks))], accs, height, xerr=errs, label=name)
+    for i, t in enumerate(tasks):
+        chance = metrics["pre_anneal"]["tasks"][t]["chance"]
+        ax.plot([chance, chance], [i - height / 2, i + 0.8 - height / 2], "k:", linewidth=1)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(tasks))], tasks)
+    ax.set_xlabel("accuracy (bars: standard error; dotted: chance)")
+    ax.set_xlim(0, 1)
+    ax.legend(fontsize="small")
+    ax.set_title("lehr: task accuracy per model")
+    fig.tight_layout()
+    return fig
 
 
 def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple[pd.DataFrame, plt.Figure]:

@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from lehr.pipelines.evaluate.nodes import evaluate_models, plot_curves
+from lehr.pipelines.evaluate.nodes import evaluate_models, plot_curves, plot_tasks
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -12,6 +12,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "shards",
                     "pre_anneal",
                     "anneal_branches",
+                    "heldout_tasks",
+                    "user_tasks",
                     "params:pretrain",
                     "params:anneal",
                     "params:evaluate",
@@ -19,6 +21,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ["eval_metrics", "samples"],
                 name="evaluate_models_node",
             ),
+            Node(plot_tasks, "eval_metrics", "task_accuracy_png", name="plot_tasks_node"),
             Node(
                 plot_curves,
                 ["stable_curve", "anneal_curve"],

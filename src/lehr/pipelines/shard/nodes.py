@@ -6,13 +6,33 @@ import functools
 
 from tokenizers import Tokenizer
 
+from lehr.data.builtin_tasks import documents, make_tasks
 from lehr.data.params import ShardParams
 from lehr.data.sharding import ShardSpec
 from lehr.data.token_store import TokenStoreError, TokenStreams
 from lehr.data.tokenization import EOT, tokenizer_sha256
 
+HELDOUT_CHARS = 20_000_000  # per source: the built-in tasks read this much held-out text at most
 
-def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> ShardSpec:
+
+def heldout_tasks(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> dict[str, list]:
+    """Task files made from the held-out streams (``lehr.data.builtin_tasks``)."""
+    _check_tokenizer(token_streams, tokenizer)
+    if not params.task_examples:
+        return {}
+    eot, heldout = tokenizer.token_to_id(EOT), {}
+    for name in (n for n in token_streams.streams if n.startswith("heldout/")):
+        docs, chars = [], 0
+        for doc in documents(token_streams.chunks(name), eot, tokenizer.decode):
+            docs.append(doc)
+            chars += len(doc[1])
+            if chars > HELDOUT_CHARS:
+                break
+        heldout[name.split("/", 1)[1]] = docs
+    return make_tasks(heldout, params.task_examples, params.task_seed)
+
+
+def _check_tokenizer(token_streams: TokenStreams, tokenizer: Tokenizer) -> str:
     sha = tokenizer_sha256(tokenizer)
     if sha != token_streams.tokenizer_sha256:
         raise TokenStoreError(
@@ -21,6 +41,11 @@ def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: Sha
             f"({token_streams.tokenizer_sha256[:12]}): the tokenizer file was replaced after tokenize ran. "
             f"Re-run the tokenize stage (dvc repro tokenize) so tokens and tokenizer match."
         )
+    return sha
+
+
+def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> ShardSpec:
+    sha = _check_tokenizer(token_streams, tokenizer)
     info = {"sha256": sha, "vocab_size": tokenizer.get_vocab_size(), "eot_id": tokenizer.token_to_id(EOT)}
     names = list(token_streams.streams)
     return ShardSpec(

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kedro.io import AbstractDataset
+
+from lehr.files.atomic import replace_dir, sibling
+
+
+class TaskFilesDataset(AbstractDataset[dict, dict]):
+    """A folder of task files, ``<task>.jsonl`` (the format of ``lehr.engine.tasks``).
+
+    Saved whole: written beside the old folder and swapped in, so a kill leaves the old set.
+    Loaded as {task name: path}; a folder that does not exist holds no tasks.
+    """
+
+    def __init__(self, path: str):
+        self._path = Path(path)
+
+    def load(self) -> dict[str, Path]:
+        if not self._path.is_dir():
+            return {}
+        return {p.stem: p for p in sorted(self._path.glob("*.jsonl"))}
+
+    def save(self, data: dict[str, list[dict]]) -> None:
+        tmp = sibling(self._path, "tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name, examples in data.items():
+            (tmp / f"{name}.jsonl").write_text(
+                "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples)
+            )
+        replace_dir(tmp, self._path)
+
+    def _exists(self) -> bool:
+        return self._path.is_dir()
+
+    def _describe(self) -> dict[str, Any]:
+        return {"path": str(self._path)}
