@@ -31,11 +31,12 @@ def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
     return preset(p.model.preset, vocab, **p.model.overrides)
 
 
-def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict) -> dict:
+def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict, tasks: dict) -> dict:
     """The settings a stage run takes from ``pretrain`` as they are: every shared config part."""
     parts = {k: v for part in SHARED_PARTS for k, v in p.part(part).items()}
     return dict(
         parts,
+        task_files={name: str(path) for name, path in tasks.items()},
         model=model_config(p, manifest),
         shards=manifest["root"],
         out_dir=str(out_dir),
@@ -47,7 +48,9 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def stable_config(p: PretrainParams, manifest: dict, runs_root: Path, provenance: dict) -> TrainConfig:
+def stable_config(
+    p: PretrainParams, manifest: dict, runs_root: Path, provenance: dict, tasks: dict | None = None
+) -> TrainConfig:
     """Warmup + stable LR until the anneal start (planned, or decided by auto-anneal).
 
     The rolling checkpoints go to ``runs_root/<run_name>``; with no run name, to a folder keyed by
@@ -65,7 +68,7 @@ def stable_config(p: PretrainParams, manifest: dict, runs_root: Path, provenance
         stall_eps=aa.stall_eps,
         save_to="",
     )
-    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance), stop_rule=rule)
+    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance, tasks or {}), stop_rule=rule)
     name = p.run_name or "auto-" + _key(
         cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"]
     )
@@ -97,7 +100,13 @@ def branch_name(p: PretrainParams, a: AnnealParams) -> str:
 
 
 def anneal_config(
-    p: PretrainParams, a: AnnealParams, manifest: dict, pre_anneal: Path, run_dir: Path, provenance: dict
+    p: PretrainParams,
+    a: AnnealParams,
+    manifest: dict,
+    pre_anneal: Path,
+    run_dir: Path,
+    provenance: dict,
+    tasks: dict | None = None,
 ) -> TrainConfig:
     """Branch from ``pre_anneal`` and decay (WSD) or finish the cosine (baseline) on the anneal mix."""
     state = json.loads((pre_anneal / "state.json").read_text())
@@ -106,7 +115,7 @@ def anneal_config(
     # The cosine baseline spends exactly the nominal budget, like WSD's planned stable + decay.
     end = p.total_steps if p.schedule == "cosine" else start + length
     _check_same_profile(state, model_config(p, manifest), provenance, pre_anneal)
-    shared = _shared(p, manifest, run_dir, provenance) | dict(
+    shared = _shared(p, manifest, run_dir, provenance, tasks or {}) | dict(
         data_seed=a.data_seed, eval_every=a.eval_every, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr
     )
     return TrainConfig(

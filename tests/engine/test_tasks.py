@@ -138,3 +138,21 @@ def test_eval_and_generate_run_on_a_trained_checkpoint(tiny_config, tmp_path, ca
     assert capsys.readouterr().out == first  # the seed fixes the sample
     assert main(["eval", str(tmp_path), "--task", str(FIXTURES / "everyday_choice.jsonl")]) == 2
     assert "is not a checkpoint" in capsys.readouterr().err
+
+
+def test_task_evals_in_the_loop_are_logged_and_leave_training_exactly_as_it_was(tiny_config, tmp_path):
+    from tests.engine.test_resume import assert_same_final
+
+    files = {name: str(FIXTURES / f"{name}.jsonl") for name in ("everyday_choice", "last_word_cloze")}
+    run_ = dict(total_steps=20, eval_every=10)
+    train(tiny_config(out_dir=str(tmp_path / "plain"), task_examples=0, **run_))
+    train(tiny_config(out_dir=str(tmp_path / "tasks"), task_files=files, task_examples=3, **run_))
+    evals = [json.loads(line) for line in (tmp_path / "tasks" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in evals if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [10, 20]
+    assert all(
+        r["tasks.everyday_choice.examples"] == 3 and "tasks.last_word_cloze.acc_stderr" in r for r in evals
+    )
+    assert_same_final(
+        tmp_path / "plain", tmp_path / "tasks"
+    )  # scoring draws no randomness, changes no weight

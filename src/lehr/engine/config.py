@@ -98,20 +98,22 @@ class HardwareConfig(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig(Part):
-    """Held-out evals during training: how often, on how much, and a sample of text."""
+    """Held-out evals during training: how often, on how much, task evals, and a sample of text."""
 
     log_every: int = 20  # steps between log lines (each one a host sync)
     eval_every: int = 40  # steps between held-out evals
     eval_windows: int = 32  # fixed held-out windows per source
     sample_tokens: int = 32  # tokens of text sampled at each eval; 0 = none
     sample_prompt: str = "The"
+    task_examples: int = 100  # examples of each task scored at every eval (the first ones); 0 = no task evals
     RESUMABLE: ClassVar[frozenset] = frozenset(
-        {"log_every", "eval_every", "eval_windows", "sample_tokens", "sample_prompt"}
+        {"log_every", "eval_every", "eval_windows", "sample_tokens", "sample_prompt", "task_examples"}
     )
 
     def check(self) -> None:
         require_positive(self, "log_every", "eval_every", "eval_windows")
         require(self.sample_tokens >= 0, "sample_tokens", self.sample_tokens, "must be >= 0")
+        require(self.task_examples >= 0, "task_examples", self.task_examples, "must be >= 0 (0 = none)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,8 +221,9 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
     init_from: str | None = None  # checkpoint to branch from when out_dir holds none
     init_optimizer: bool = True  # branch with the optimizer state too
     provenance: dict = field(default_factory=dict)  # git commit, data hashes... stored in checkpoints
+    task_files: dict[str, str] = field(default_factory=dict)  # task name -> JSONL file, scored at evals
     RESUMABLE: ClassVar[frozenset] = frozenset(
-        {"out_dir", "shards", "init_from", "init_optimizer", "provenance"}
+        {"out_dir", "shards", "init_from", "init_optimizer", "provenance", "task_files"}
     )
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ from lehr.engine.schedule import lr_at, mix_at
 from lehr.engine.signals import GracefulStop
 from lehr.engine.start import build, start
 from lehr.engine.stopping import DivergedError, Divergence, policies
+from lehr.engine.tasks import Scorer, evaluate_task, read_task
 
 
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
@@ -90,8 +91,14 @@ class Run:
         )
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
+        self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
         self.tokenizer = (
-            Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json")) if cfg.sample_tokens else None
+            Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json"))
+            if cfg.sample_tokens or self.tasks
+            else None
+        )
+        self.scorer = (
+            Scorer(self.core, self.tokenizer, self.hw.device, cfg.micro_batch) if self.tasks else None
         )
         self.flops_per_step = self.core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
         self.accum = cfg.grad_accum(d.world)
@@ -244,17 +251,20 @@ class Run:
                 "kind": "eval",
                 **evaluate(self.core, self.held, self.hw, cfg.micro_batch),
             }
-            if self.tokenizer is not None:
+            if self.tasks:  # the first task_examples of each, so every eval scores the same ones
+                rec["tasks"] = {t.name: evaluate_task(self.scorer, t, cfg.task_examples) for t in self.tasks}
+            if cfg.sample_tokens:
                 rec["sample"] = sample_text(
                     self.core, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
                 )
             self.log.record(rec)
             self.log.info(
-                "eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f | sample %r",
+                "eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f%s | sample %r",
                 prog.step,
                 rec["heldout"]["loss"],
                 rec["heldout"]["bpb"],
                 rec["heldout"]["ppl"],
+                "".join(f" | {name} acc {r['acc']:.3f}" for name, r in rec.get("tasks", {}).items()),
                 rec.get("sample", "")[:80],
             )
         rec = distributed.broadcast_object(rec, self.d)

@@ -12,7 +12,12 @@ from lehr.tracking import provenance
 
 
 def train_anneal(
-    shards: dict, pre_anneal: Path, anneal_runs: Path, pretrain: PretrainParams, anneal: AnnealParams
+    shards: dict,
+    pre_anneal: Path,
+    anneal_runs: Path,
+    tasks: dict[str, Path],
+    pretrain: PretrainParams,
+    anneal: AnnealParams,
 ) -> tuple[dict, dict]:
     branch = branch_name(pretrain, anneal)
     run_dir = anneal_run_dir(anneal_runs, branch, pre_anneal)
@@ -23,6 +28,7 @@ def train_anneal(
         pre_anneal,
         run_dir,
         provenance.collect("anneal", shards, {"pre_anneal": pre_anneal}),
+        tasks,
     )
     summary = run_engine(cfg, pretrain)
     return {"branch": branch, "run_dir": str(run_dir)}, {**summary, "branch": branch}

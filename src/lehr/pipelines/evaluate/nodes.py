@@ -146,7 +146,8 @@ def plot_tasks(metrics: dict) -> plt.Figure:
 
 
 def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple[pd.DataFrame, plt.Figure]:
-    """Train loss, held-out loss and LR across stable + anneal, as a table (DVC plots) and a PNG."""
+    """Train loss, held-out loss, task accuracy (when the runs scored tasks) and LR across stable +
+    anneal, as a table (DVC plots) and a PNG."""
     curves = pd.concat(
         [stable_curve.assign(phase="stable"), anneal_curve.assign(phase="anneal")], ignore_index=True
     )
@@ -165,8 +166,25 @@ def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple
         )
         if c in curves.columns
     ]
-    curves = curves[keep].sort_values(["step", "kind"]).reset_index(drop=True)
-    fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=[3, 1])
+    task_accs = sorted(c for c in curves.columns if c.startswith("tasks.") and c.endswith(".acc"))
+    curves = curves[keep + task_accs].sort_values(["step", "kind"]).reset_index(drop=True)
+    panels = 3 if task_accs else 2
+    fig, axes = plt.subplots(
+        panels,
+        1,
+        figsize=(9, 7 + 2 * (panels - 2)),
+        sharex=True,
+        height_ratios=[3, 2, 1][:panels] if task_accs else [3, 1],
+    )
+    ax_loss, ax_lr = axes[0], axes[-1]
+    if task_accs:
+        for col in task_accs:
+            ev = curves[curves.kind == "eval"].dropna(subset=[col])
+            axes[1].plot(
+                ev.step, ev[col], "o-", markersize=3, label=col.removeprefix("tasks.").removesuffix(".acc")
+            )
+        axes[1].set_ylabel("task accuracy")
+        axes[1].legend(fontsize="small")
     for phase in ("stable", "anneal"):
         part = curves[curves.phase == phase]
         train, ev = part[part.kind == "train"], part[part.kind == "eval"]
@@ -174,7 +192,7 @@ def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple
         ax_loss.plot(ev.step, ev["heldout.loss"], "o-", label=f"held-out loss ({phase})")
         ax_lr.plot(train.step, train.lr, "-", label=phase)
     if len(stable_curve):  # the stable phase ends where the anneal starts
-        for ax in (ax_loss, ax_lr):
+        for ax in axes:
             ax.axvline(stable_curve.step.max(), color="grey", linestyle=":", linewidth=1)
     ax_loss.set_ylabel("loss (nats/token)")
     ax_loss.legend()

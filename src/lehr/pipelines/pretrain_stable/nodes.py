@@ -11,8 +11,10 @@ from lehr.run_config import read_curve, run_engine, stable_config
 from lehr.tracking import provenance
 
 
-def train_stable(shards: dict, run_dir: Path, params: PretrainParams) -> tuple[Path, dict]:
-    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain_stable", shards))
+def train_stable(
+    shards: dict, run_dir: Path, tasks: dict[str, Path], params: PretrainParams
+) -> tuple[Path, dict]:
+    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain_stable", shards), tasks)
     summary = run_engine(cfg, params)
     return Path(summary["pre_anneal"]), summary
 

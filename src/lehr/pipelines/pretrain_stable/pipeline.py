@@ -8,7 +8,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 train_stable,
-                ["shards", "stable_run", "params:pretrain"],
+                ["shards", "stable_run", "heldout_tasks", "params:pretrain"],
                 ["pre_anneal", "stable_summary_raw"],
                 name="train_stable_node",
             ),
