@@ -51,10 +51,11 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
             )
         elif src.is_file():
             shutil.copy2(src, dest / name)
+    tracked = _tracked(project, project / "conf" / "local")
     shutil.copytree(
         project / "conf" / "local",
         dest / "conf" / "local",
-        ignore=lambda d, names: [n for n in names if not _tracked(project, Path(d) / n)],
+        ignore=lambda d, names: [n for n in names if (Path(d) / n).is_file() and Path(d) / n not in tracked],
     )
     (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
     (dest / MARKER).write_text(f"a lehr sandbox of {project.resolve()}; `make smoke` replaces it\n")
@@ -72,7 +73,7 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
     return dest
 
 
-def _tracked(project: Path, path: Path) -> bool:
-    """Only what git tracks in conf/local goes along (a user's own overrides stay with the project)."""
-    out = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=project, capture_output=True)
-    return out.returncode == 0 or path.is_dir()
+def _tracked(project: Path, folder: Path) -> set[Path]:
+    """The files git tracks in ``folder``: only those go along (a user's own overrides stay home)."""
+    out = subprocess.run(["git", "ls-files", "-z", str(folder)], cwd=project, capture_output=True, check=True)
+    return {project / name for name in out.stdout.decode().split("\0") if name}

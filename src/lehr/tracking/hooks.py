@@ -17,25 +17,18 @@ from pathlib import Path
 
 from kedro.framework.hooks import hook_impl
 
+from lehr.engine.metrics import flatten
 from lehr.project import profile_in_force
 from lehr.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 
 
-def flatten(d, prefix: str = "") -> dict[str, str]:
-    """``{"pretrain": PretrainParams(model=...)}`` -> ``{"pretrain.model.preset": "tiny", ...}``."""
-    if dataclasses.is_dataclass(d):
-        d = dataclasses.asdict(d)
-    out = {}
-    for k, v in d.items():
-        if dataclasses.is_dataclass(v):
-            v = dataclasses.asdict(v)
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = str(v)[:6000]
-    return out
+def flat_params(params: dict) -> dict[str, str]:
+    """``{"pretrain": PretrainParams(model=...)}`` -> ``{"pretrain.model.preset": "tiny", ...}``, as
+    MLflow params (strings, within its length limit)."""
+    plain = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in params.items()}
+    return {k: str(v)[:6000] for k, v in flatten(plain).items()}
 
 
 def invocation() -> str:
@@ -132,7 +125,7 @@ class MlflowTracking:
         wanted = {
             k: v for k, v in self._params.items() if k in _PARAM_SECTIONS.get(stage, _PARAM_SECTIONS["all"])
         }
-        mlflow.log_params(flatten(wanted))
+        mlflow.log_params(flat_params(wanted))
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict, run_result, pipeline, catalog) -> None:
