@@ -113,17 +113,27 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _model_and_tokenizer(args: argparse.Namespace):
+    """The model of a checkpoint or of an export folder (plain or ``--hf``), with its tokenizer."""
     import torch
     from tokenizers import Tokenizer
 
     from lehr.engine.evaluation import load_model
-    from lehr.engine.export import checked_tokenizer
+    from lehr.engine.export import checked_tokenizer, load_export
 
-    checkpoint = Path(args.checkpoint)
-    _state(checkpoint)  # a clear error for a folder that is not a checkpoint
-    tokenizer = checked_tokenizer(checkpoint, Path(args.tokenizer) if args.tokenizer else None)
+    folder = Path(args.checkpoint)
+    given = Path(args.tokenizer) if args.tokenizer else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return load_model(checkpoint, device), Tokenizer.from_file(str(tokenizer)), device
+    if (folder / "state.json").is_file():
+        model, tokenizer = load_model(folder, device), checked_tokenizer(folder, given)
+    elif (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+        model, tokenizer = load_export(folder, device), given or folder / "tokenizer.json"
+    else:
+        raise FileNotFoundError(
+            f"{folder} is neither a checkpoint (state.json) nor an export (config.json + "
+            f"model.safetensors): pass a folder such as data/06_models/pre_anneal or one made by "
+            f"`python -m lehr export`"
+        )
+    return model, Tokenizer.from_file(str(tokenizer)), device
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -278,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", help="the Kedro environment (profile); default: the one in conf/profile.yaml")
     p.set_defaults(func=_check)
     p = sub.add_parser("eval", help="score a checkpoint on a task file (JSONL: multiple choice or cloze)")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
     p.add_argument(
         "--task", required=True, help='{"context", "choices", "label"} or {"context", "target"} lines'
     )
@@ -287,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
     p.set_defaults(func=_eval)
     p = sub.add_parser("generate", help="sample text from a checkpoint, streamed to stdout")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
     p.add_argument("--prompt", default="The")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.8)

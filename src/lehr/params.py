@@ -122,9 +122,9 @@ class AnnealParams(Section):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvaluateParams(Section):
-    branches: (
-        list[str] | str
-    )  # anneal branches to report besides the current one; [all] = every branch; or a+b
+    # The models scored besides pre_anneal and the current branch: all = every branch and soup in
+    # data/06_models/anneal; [] = none; or names (a+b on the command line).
+    branches: list[str] | str
     eval_windows: int  # held-out windows per source (more than during training: a final figure)
     sample_prompt: str
     sample_tokens: int

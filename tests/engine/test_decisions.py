@@ -91,6 +91,40 @@ def test_early_stop_counts_patience_from_its_step_only():
     assert stop.after_eval(Progress(step=20, evals=_evals(3.0, 3.1))) is None  # before from_step
 
 
+def _task_evals(*accs, start=10, every=10):
+    # The held-out loss keeps falling while the task accuracy peaks and drops: the two disagree.
+    return [
+        {"step": start + i * every, "heldout": {"loss": 5.0 - i}, "tasks": {"cloze": {"acc": a}}}
+        for i, a in enumerate(accs)
+    ]
+
+
+def test_early_stop_and_auto_anneal_can_go_by_a_task_metric_where_higher_is_better():
+    evals = _task_evals(0.1, 0.3, 0.5, 0.4, 0.45, 0.42)
+    prog = Progress(step=60, evals=evals)
+    assert EarlyStop(patience=3, from_step=10).after_eval(prog) is None  # held-out loss: still improving
+    assert EarlyStop(patience=3, from_step=10, metric="tasks.cloze.acc").after_eval(prog) == "early_stop"
+    assert prog.best_at("tasks.cloze.acc") == 2 and prog.best_at("heldout.loss") == 5
+    flat = Progress(step=60, evals=_task_evals(0.1, 0.3, 0.5, 0.5, 0.505, 0.5))
+    AutoAnneal(RULE, "tasks.cloze.acc").after_eval(flat)  # gain 0.005 < stall_eps 0.01
+    assert (flat.anneal_start, flat.anneal_reason) == (60, "stall")
+    rising = Progress(step=60, evals=_task_evals(0.1, 0.3, 0.5, 0.5, 0.6, 0.7))
+    AutoAnneal(RULE, "tasks.cloze.acc").after_eval(rising)
+    assert rising.anneal_start is None
+
+
+def test_decide_by_must_name_a_metric_the_evals_score(tiny_config):
+    from lehr.engine.parts import ConfigError
+
+    with pytest.raises(ConfigError, match="decide_by = 'heldout.ppl' must be one of heldout.loss"):
+        tiny_config(decide_by="heldout.ppl")
+    with pytest.raises(ConfigError, match="names a task the evals do not score: the tasks are cloze"):
+        tiny_config(decide_by="tasks.lambada.acc", task_files={"cloze": "c.jsonl"})
+    with pytest.raises(ConfigError, match="task_examples = 0"):
+        tiny_config(decide_by="tasks.cloze.acc", task_files={"cloze": "c.jsonl"}, task_examples=0)
+    assert tiny_config(decide_by="tasks.cloze.acc_norm", task_files={"cloze": "c.jsonl"}).decide_by
+
+
 def test_divergence_aborts_at_its_limit_except_under_fp16_loss_scaling():
     with pytest.raises(DivergedError, match="3 consecutive non-finite steps"):
         Divergence(limit=3, precision="fp32").check(3, step=12, checkpoints="runs/x")
@@ -112,4 +146,4 @@ def test_a_checkpoint_with_flat_evals_resumes_with_them_nested():
     saved = {"step": 40, "tokens": 9, "evals": [{"step": 40, "heldout.loss": 4.5, "news.v2.bpb": 2.0}]}
     prog = Progress.from_state(saved)
     assert prog.evals == [{"step": 40, "heldout": {"loss": 4.5}, "news.v2": {"bpb": 2.0}}]
-    assert prog.losses() == [4.5]
+    assert prog.scores("heldout.loss") == [4.5]

@@ -137,7 +137,25 @@ def test_eval_and_generate_run_on_a_trained_checkpoint(tiny_config, tmp_path, ca
     main(["generate", final, "--prompt", "The", "--max-tokens", "8", "--seed", "1"])
     assert capsys.readouterr().out == first  # the seed fixes the sample
     assert main(["eval", str(tmp_path), "--task", str(FIXTURES / "everyday_choice.jsonl")]) == 2
-    assert "is not a checkpoint" in capsys.readouterr().err
+    assert "is neither a checkpoint (state.json) nor an export" in capsys.readouterr().err
+
+
+def test_eval_and_generate_give_the_same_on_a_checkpoint_and_its_exports(tiny_config, tmp_path, capsys):
+    train(tiny_config(total_steps=5))
+    final = str(tmp_path / "run" / "final")
+    main(["export", final, str(tmp_path / "plain")])
+    main(["export", final, str(tmp_path / "hf"), "--hf"])
+    capsys.readouterr()
+    results, samples = {}, {}
+    for name, folder in (("ckpt", final), ("plain", tmp_path / "plain"), ("hf", tmp_path / "hf")):
+        assert main(["eval", str(folder), "--task", str(FIXTURES / "last_word_cloze.jsonl")]) == 0
+        results[name] = json.loads(capsys.readouterr().out)
+        assert main(["generate", str(folder), "--max-tokens", "6", "--temperature", "0.01"]) == 0
+        samples[name] = capsys.readouterr().out
+    figures = {n: {k: v for k, v in r.items() if k not in ("task", "kind")} for n, r in results.items()}
+    for name in ("plain", "hf"):
+        assert figures[name] == pytest.approx(figures["ckpt"], abs=1e-4)
+        assert samples[name] == samples["ckpt"]  # near-greedy: the same text from the same logits
 
 
 def test_task_evals_in_the_loop_are_logged_and_leave_training_exactly_as_it_was(tiny_config, tmp_path):
@@ -146,13 +164,20 @@ def test_task_evals_in_the_loop_are_logged_and_leave_training_exactly_as_it_was(
     files = {name: str(FIXTURES / f"{name}.jsonl") for name in ("everyday_choice", "last_word_cloze")}
     run_ = dict(total_steps=20, eval_every=10)
     train(tiny_config(out_dir=str(tmp_path / "plain"), task_examples=0, **run_))
-    train(tiny_config(out_dir=str(tmp_path / "tasks"), task_files=files, task_examples=3, **run_))
+    metric = "tasks.last_word_cloze.loglik"  # what the best checkpoint goes by, higher is better
+    train(
+        tiny_config(
+            out_dir=str(tmp_path / "tasks"), task_files=files, task_examples=3, decide_by=metric, **run_
+        )
+    )
     evals = [json.loads(line) for line in (tmp_path / "tasks" / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in evals if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [10, 20]
     assert all(
         r["tasks.everyday_choice.examples"] == 3 and "tasks.last_word_cloze.acc_stderr" in r for r in evals
     )
+    best = json.loads((tmp_path / "tasks" / "best" / "state.json").read_text())["progress"]["step"]
+    assert best == max(evals, key=lambda r: r[metric])["step"]
     assert_same_final(
         tmp_path / "plain", tmp_path / "tasks"
     )  # scoring draws no randomness, changes no weight

@@ -96,6 +96,11 @@ class HardwareConfig(Part):
     RESUMABLE: ClassVar[frozenset] = frozenset({"compile", "attention", "device", "peak_tflops"})
 
 
+# What ``decide_by`` may name; lower is better for the held-out figures, higher for the task ones.
+HELDOUT_METRICS = ("heldout.loss", "heldout.bpb")
+TASK_METRICS = ("acc", "acc_norm", "loglik")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig(Part):
     """Held-out evals during training: how often, on how much, task evals, and a sample of text."""
@@ -106,14 +111,33 @@ class EvalConfig(Part):
     sample_tokens: int = 32  # tokens of text sampled at each eval; 0 = none
     sample_prompt: str = "The"
     task_examples: int = 100  # examples of each task scored at every eval (the first ones); 0 = no task evals
+    # The eval figure auto-anneal, early stop and the best checkpoint go by: heldout.loss,
+    # heldout.bpb or tasks.<task>.<acc|acc_norm|loglik> (stall_eps is then in its units).
+    decide_by: str = "heldout.loss"
     RESUMABLE: ClassVar[frozenset] = frozenset(
-        {"log_every", "eval_every", "eval_windows", "sample_tokens", "sample_prompt", "task_examples"}
+        {
+            "log_every",
+            "eval_every",
+            "eval_windows",
+            "sample_tokens",
+            "sample_prompt",
+            "task_examples",
+            "decide_by",
+        }
     )
 
     def check(self) -> None:
         require_positive(self, "log_every", "eval_every", "eval_windows")
         require(self.sample_tokens >= 0, "sample_tokens", self.sample_tokens, "must be >= 0")
         require(self.task_examples >= 0, "task_examples", self.task_examples, "must be >= 0 (0 = none)")
+        parts = self.decide_by.split(".")
+        require(
+            self.decide_by in HELDOUT_METRICS
+            or (len(parts) >= 3 and parts[0] == "tasks" and parts[-1] in TASK_METRICS),
+            "decide_by",
+            self.decide_by,
+            f"must be one of {', '.join(HELDOUT_METRICS)} or tasks.<task>.<{'|'.join(TASK_METRICS)}>",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +254,17 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         if isinstance(self.model, dict):  # from a job file
             object.__setattr__(self, "model", ModelConfig(**self.model))
         super().__post_init__()
+
+    def check(self) -> None:
+        if self.decide_by.startswith("tasks."):
+            task = self.decide_by.split(".", 1)[1].rsplit(".", 1)[0]
+            require(
+                task in self.task_files and self.task_examples > 0,
+                "decide_by",
+                self.decide_by,
+                f"names a task the evals do not score: the tasks are {', '.join(sorted(self.task_files)) or 'none'}"
+                f" (task_examples = {self.task_examples} per eval; it must be > 0)",
+            )
 
     def grad_accum(self, world_size: int) -> int:
         per_step = self.micro_batch * world_size

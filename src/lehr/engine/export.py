@@ -1,16 +1,19 @@
 """Export a checkpoint for use outside lehr: plain safetensors + config JSON, or a Hugging Face
-``LlamaForCausalLM`` folder (the architecture is Llama's when ``qk_norm`` is off)."""
+``LlamaForCausalLM`` folder (the architecture is Llama's when ``qk_norm`` is off); and load either
+back for scoring and sampling."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import shutil
+import types
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from lehr.engine.checkpoint import load_weights
 from lehr.engine.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
 from lehr.files.atomic import recover, replace_dir, sha256_file, sibling
@@ -163,3 +166,33 @@ def _write_hf(checkpoint: Path, out: Path, tokenizer: Path) -> None:
         raise RuntimeError(f"Llama mapping incomplete: missing {missing}, unexpected {unexpected}")
     hf.save_pretrained(out)
     PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>").save_pretrained(out)
+
+
+class ExportedLlama(torch.nn.Module):
+    """A transformers causal LM (an ``--hf`` export) behind lehr's model interface, ``model(ids)
+    -> (logits, None)`` with ``cfg.seq_len`` and ``cfg.vocab_size``, so the task scorer and
+    ``generate`` take it as they take a checkpoint."""
+
+    generate = Transformer.generate  # the same sampling, over this module's forward
+
+    def __init__(self, hf: torch.nn.Module):
+        super().__init__()
+        self.hf = hf
+        self.cfg = types.SimpleNamespace(
+            seq_len=hf.config.max_position_embeddings, vocab_size=hf.config.vocab_size
+        )
+
+    def forward(self, ids: torch.Tensor):
+        return self.hf(input_ids=ids).logits, None
+
+
+def load_export(folder: Path, device: torch.device) -> torch.nn.Module:
+    """The model of an export folder, plain (lehr's config.json) or ``--hf`` (a transformers one)."""
+    config = json.loads((folder / "config.json").read_text())
+    if "model_type" in config:
+        from transformers import AutoModelForCausalLM
+
+        return ExportedLlama(AutoModelForCausalLM.from_pretrained(folder)).to(device).eval()
+    model = Transformer(ModelConfig(**config))
+    load_weights(folder, model)
+    return model.to(device).eval()

@@ -271,10 +271,9 @@ class Run:
         prog.evals.append({k: v for k, v in rec.items() if k != "sample"})
         if prog.best_loss is None or rec["heldout"]["loss"] < prog.best_loss:
             prog.best_loss = rec["heldout"]["loss"]
-            if (
-                cfg.stop_rule is None
-            ):  # anneal runs keep their best weights; the stable phase hands on pre_anneal
-                self.save(self.out_dir / "best")
+        # Anneal runs keep their best weights by decide_by; the stable phase hands on pre_anneal.
+        if cfg.stop_rule is None and prog.best_at(cfg.decide_by) == len(prog.evals) - 1:
+            self.save(self.out_dir / "best")
 
     def evaluate_and_decide(self) -> str | None:
         self.evaluate()

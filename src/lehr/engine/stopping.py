@@ -41,8 +41,23 @@ class Progress:
         ]
         return cls(**{**saved, "evals": evals})
 
-    def losses(self) -> list[float]:
-        return [e["heldout"]["loss"] for e in self.evals]
+    def scores(self, metric: str) -> list[float]:
+        return [score(e, metric) for e in self.evals]
+
+    def best_at(self, metric: str, since: int = 0) -> int | None:
+        """The index in ``evals`` of the first eval from step ``since`` with the best score."""
+        steps = [i for i, e in enumerate(self.evals) if e["step"] >= since]
+        return min(steps, key=lambda i: score(self.evals[i], metric)) if steps else None
+
+
+def score(ev: dict, metric: str) -> float:
+    """``metric`` of one eval (``heldout.loss``, ``tasks.<task>.acc``…), signed so that lower is
+    better: a task's accuracy or log-likelihood counts negated."""
+    if metric.startswith("tasks."):
+        task, name = metric.removeprefix("tasks.").rsplit(".", 1)
+        return -ev["tasks"][task][name]
+    source, name = metric.rsplit(".", 1)
+    return ev[source][name]
 
 
 def _nest(flat: dict) -> dict:
@@ -88,21 +103,22 @@ class PlannedAnneal(Policy):
 
 @dataclass
 class AutoAnneal(Policy):
-    """End the stable phase once the held-out curve stalls, but never before ``min_step``."""
+    """End the stable phase once the eval curve (``decide_by``) stalls, but never before ``min_step``."""
 
     rule: StopRule
+    metric: str = "heldout.loss"
 
     def after_eval(self, prog: Progress) -> None:
         r = self.rule
         if (
             prog.anneal_start is None
             and prog.step >= r.min_step
-            and stalled(prog.losses(), r.stall_window, r.stall_eps)
+            and stalled(prog.scores(self.metric), r.stall_window, r.stall_eps)
         ):
             prog.anneal_start, prog.anneal_reason = prog.step, "stall"
             log.info(
-                "auto-anneal: held-out loss stalled; the anneal starts at step %d (planned %d, bounds "
-                "%d..%d)",
+                "auto-anneal: %s stalled; the anneal starts at step %d (planned %d, bounds %d..%d)",
+                self.metric,
                 prog.step,
                 r.planned_step,
                 r.min_step,
@@ -127,18 +143,19 @@ class EarlyStop(Policy):
 
     patience: int
     from_step: int
+    metric: str = "heldout.loss"
 
     def after_eval(self, prog: Progress) -> str | None:
         if prog.step < self.from_step:
             return None
-        since = [e for e in prog.evals if e["step"] >= self.from_step]
-        best_at = min(range(len(since)), key=lambda i: since[i]["heldout"]["loss"])
-        if len(since) - 1 - best_at < self.patience:
+        best_at = prog.best_at(self.metric, self.from_step)
+        if len(prog.evals) - 1 - best_at < self.patience:
             return None
         log.info(
-            "early stop: no held-out improvement in %d evals; best at step %d",
+            "early stop: no improvement of %s in %d evals; best at step %d",
+            self.metric,
             self.patience,
-            since[best_at]["step"],
+            prog.evals[best_at]["step"],
         )
         return "early_stop"
 
@@ -164,7 +181,7 @@ def policies(cfg: TrainConfig) -> list[Policy]:
     rule = cfg.stop_rule
     out: list[Policy] = []
     if rule is not None:
-        out += [AutoAnneal(rule), AnnealCap(rule)] if rule.auto else [PlannedAnneal(rule)]
+        out += [AutoAnneal(rule, cfg.decide_by), AnnealCap(rule)] if rule.auto else [PlannedAnneal(rule)]
     if cfg.patience:
-        out.append(EarlyStop(cfg.patience, cfg.patience_from_step))
+        out.append(EarlyStop(cfg.patience, cfg.patience_from_step, cfg.decide_by))
     return out

@@ -1,5 +1,5 @@
 """soup: ``kedro run --pipeline soup --params "soup.branches=a+b"`` adds branch ``soup-a-b``,
-which ``evaluate.branches`` can then report like any other."""
+which evaluate then scores like any other branch."""
 
 from __future__ import annotations
 
