@@ -4,6 +4,9 @@ python -m lehr corpus --out DIR         lay out the bundled corpus in a new fold
 python -m lehr branches [--root DIR]    list the anneal branches side by side (default: the catalog's)
 python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
 python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
+python -m lehr eval CHECKPOINT --task F.jsonl  score a checkpoint or export on a task file
+python -m lehr generate CHECKPOINT --prompt P  sample text, streamed
+python -m lehr lm-eval CHECKPOINT --tasks T,U  lm-evaluation-harness tasks (the lm-eval extra)
 python -m lehr runs                     the rolling run folders: step, state, use, size
 python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
 python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
@@ -113,27 +116,15 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _model_and_tokenizer(args: argparse.Namespace):
-    """The model of a checkpoint or of an export folder (plain or ``--hf``), with its tokenizer."""
     import torch
-    from tokenizers import Tokenizer
 
-    from lehr.engine.evaluation import load_model
-    from lehr.engine.export import checked_tokenizer, load_export
+    from lehr.engine.export import load_for_inference
 
-    folder = Path(args.checkpoint)
-    given = Path(args.tokenizer) if args.tokenizer else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if (folder / "state.json").is_file():
-        model, tokenizer = load_model(folder, device), checked_tokenizer(folder, given)
-    elif (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
-        model, tokenizer = load_export(folder, device), given or folder / "tokenizer.json"
-    else:
-        raise FileNotFoundError(
-            f"{folder} is neither a checkpoint (state.json) nor an export (config.json + "
-            f"model.safetensors): pass a folder such as data/06_models/pre_anneal or one made by "
-            f"`python -m lehr export`"
-        )
-    return model, Tokenizer.from_file(str(tokenizer)), device
+    model, tokenizer = load_for_inference(
+        Path(args.checkpoint), Path(args.tokenizer) if args.tokenizer else None, device
+    )
+    return model, tokenizer, device
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -143,6 +134,27 @@ def _eval(args: argparse.Namespace) -> int:
     model, tokenizer, device = _model_and_tokenizer(args)
     result = evaluate_task(Scorer(model, tokenizer, device, args.batch_size), task, args.limit)
     print(json.dumps({"task": task.name, "kind": task.kind, **result}, indent=1))
+    return 0
+
+
+def _lm_eval(args: argparse.Namespace) -> int:
+    try:
+        from lehr import harness
+    except ImportError as e:
+        print(f"lehr: error: {e}", file=sys.stderr)
+        return 2
+    results = harness.run(
+        Path(args.checkpoint),
+        [t for t in args.tasks.split(",") if t],
+        include_path=Path(args.include_path) if args.include_path else None,
+        limit=args.limit,
+        num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size,
+        tokenizer=Path(args.tokenizer) if args.tokenizer else None,
+        output=Path(args.output) if args.output else None,
+        samples=Path(args.log_samples) if args.log_samples else None,
+    )
+    print(harness.table(results))
     return 0
 
 
@@ -296,6 +308,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
     p.set_defaults(func=_eval)
+    p = sub.add_parser(
+        "lm-eval", help='lm-evaluation-harness tasks on a checkpoint (pip install -e ".[lm-eval]")'
+    )
+    p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
+    p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names, e.g. hellaswag,piqa")
+    p.add_argument("--include-path", help="a folder of lm-eval task YAML files (your own, local data)")
+    p.add_argument("--limit", type=int, help="the first N examples of each task only")
+    p.add_argument("--num-fewshot", type=int)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--output", help="write lm-eval's results JSON here")
+    p.add_argument("--log-samples", help="write each example's requests and responses here (JSONL)")
+    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
+    p.set_defaults(func=_lm_eval)
     p = sub.add_parser("generate", help="sample text from a checkpoint, streamed to stdout")
     p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
     p.add_argument("--prompt", default="The")

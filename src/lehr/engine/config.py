@@ -262,8 +262,9 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
                 task in self.task_files and self.task_examples > 0,
                 "decide_by",
                 self.decide_by,
-                f"names a task the evals do not score: the tasks are {', '.join(sorted(self.task_files)) or 'none'}"
-                f" (task_examples = {self.task_examples} per eval; it must be > 0)",
+                "names a task the evals do not score: the tasks are "
+                f"{', '.join(sorted(self.task_files)) or 'none'} (task_examples = {self.task_examples} "
+                "per eval; it must be > 0)",
             )
 
     def grad_accum(self, world_size: int) -> int:

@@ -196,3 +196,21 @@ def load_export(folder: Path, device: torch.device) -> torch.nn.Module:
     model = Transformer(ModelConfig(**config))
     load_weights(folder, model)
     return model.to(device).eval()
+
+
+def load_for_inference(folder: Path, tokenizer: Path | None, device: torch.device):
+    """The model and tokenizer of a checkpoint or of an export folder (plain or ``--hf``); a
+    checkpoint's tokenizer must be the one it recorded."""
+    from tokenizers import Tokenizer
+
+    if (folder / "state.json").is_file():
+        model, tokenizer = load_model(folder, device), checked_tokenizer(folder, tokenizer)
+    elif (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+        model, tokenizer = load_export(folder, device), tokenizer or folder / "tokenizer.json"
+    else:
+        raise FileNotFoundError(
+            f"{folder} is neither a checkpoint (state.json) nor an export (config.json + "
+            f"model.safetensors): pass a folder such as data/06_models/pre_anneal or one made by "
+            f"`python -m lehr export`"
+        )
+    return model, Tokenizer.from_file(str(tokenizer))

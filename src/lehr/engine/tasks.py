@@ -113,9 +113,12 @@ class Scorer:
         cont = whole[len(ctx) :] if whole[: len(ctx)] == ctx else self.tokenizer.encode(continuation).ids
         return (ctx or [self.prefix]), cont
 
-    @torch.no_grad()
     def score(self, pairs: list[tuple[str, str]]) -> list[Scored]:
-        encoded = [self.encode_pair(c, x) for c, x in pairs]
+        return self.score_tokens([self.encode_pair(c, x) for c, x in pairs])
+
+    @torch.no_grad()
+    def score_tokens(self, encoded: list[tuple[list[int], list[int]]]) -> list[Scored]:
+        """(context ids, continuation ids) pairs, as ``score`` takes text pairs."""
         out: list[Scored] = []
         was_training = self.model.training
         self.model.eval()
