@@ -136,7 +136,7 @@ def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_a
     """A branch needs the model ``pre_anneal`` was trained as; when it differs because the two runs
     are under different profiles, say so and name the profile to use."""
     theirs, ours = state.get("provenance", {}).get("profile"), provenance.get("profile")
-    if theirs and ours and theirs != ours and state["config"]["model"] != dataclasses.asdict(model):
+    if theirs and ours and theirs != ours and state["config"]["model"] != model.math_dict():
         raise ValueError(
             f"refusing to branch from {pre_anneal}: it was made under the {theirs} profile, and this run "
             "is under "

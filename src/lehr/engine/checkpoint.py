@@ -10,6 +10,7 @@ checkpoint can never run code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -75,38 +76,57 @@ def write(
     target: Path, *, model: torch.nn.Module, optimizer_state: dict, state: dict, rng_per_rank: list[dict]
 ) -> Path:
     """Write a complete checkpoint at ``target``, replacing any old one only once it is whole."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = sibling(target, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
+    with written_or_nothing(target):
+        tmp = stage(target)
         save_model(model, str(tmp / "model.safetensors"))
         time.sleep(float(os.environ.get(SLOW_WRITE_ENV, 0)))
         torch.save(optimizer_state, tmp / "optimizer.pt")
-        for rank, rng in enumerate(rng_per_rank):
-            torch.save(rng, tmp / f"rng_rank{rank}.pt")
-        files = sorted(p.name for p in tmp.iterdir())
-        for name in files:
-            _fsync(tmp / name)
-        state = {**state, "format": FORMAT, "files": {name: sha256_file(tmp / name) for name in files}}
-        text = json.dumps(state, indent=1)
-        (tmp / STATE).write_text(text)
-        (tmp / STATE_SHA).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
-        for name in (STATE, STATE_SHA):
-            _fsync(tmp / name)
-        replace_dir(tmp, target)
+        commit(tmp, target, state, rng_per_rank)
+    return target
+
+
+def stage(target: Path) -> Path:
+    """A new, empty staging folder beside ``target``, where its files are written."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = sibling(target, "tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def commit(tmp: Path, target: Path, state: dict, rng_per_rank: list[dict]) -> None:
+    """Add the RNG states and ``state.json`` (with the sha256 of every file, sharded ones in
+    subfolders included) to a staged checkpoint, fsync it all and swap it in whole."""
+    for rank, rng in enumerate(rng_per_rank):
+        torch.save(rng, tmp / f"rng_rank{rank}.pt")
+    files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+    for name in files:
+        _fsync(tmp / name)
+    state = {**state, "format": FORMAT, "files": {name: sha256_file(tmp / name) for name in files}}
+    text = json.dumps(state, indent=1)
+    (tmp / STATE).write_text(text)
+    (tmp / STATE_SHA).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    for name in (STATE, STATE_SHA):
+        _fsync(tmp / name)
+    replace_dir(tmp, target)
+
+
+@contextlib.contextmanager
+def written_or_nothing(target: Path):
+    """A checkpoint write that fails (a full disk…) leaves its staging folder removed, the previous
+    checkpoint as it was, and a ``CheckpointError`` that says so."""
+    try:
+        yield
     # A full disk or a file-size limit reaches us as OSError from plain writes, RuntimeError from
     # torch's serializer ("unexpected pos") and SafetensorError from safetensors.
     except (OSError, RuntimeError, SafetensorError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(sibling(target, "tmp"), ignore_errors=True)
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise CheckpointError(
             f"could not write checkpoint {target}: {reason}. The disk is full or unwritable; nothing was "
             f"replaced: the previous checkpoint in {target.parent} is intact. Free disk space (or fix "
             f"permissions) and resume."
         ) from e
-    return target
 
 
 def verify(path: Path) -> dict:
@@ -167,8 +187,14 @@ class Rolling:
         for folder in (self.root.parent, self.root):
             recover(folder)
 
+    def path(self, step: int) -> Path:
+        return self.root / f"step_{step:08d}"
+
     def save(self, step: int, **kwargs) -> Path:
-        path = write(self.root / f"step_{step:08d}", **kwargs)
+        return self.publish(write(self.path(step), **kwargs))
+
+    def publish(self, path: Path) -> Path:
+        """Point ``latest`` at a complete checkpoint, then drop those past ``keep_last``."""
         write_text_atomic(self.root / "latest", path.name)
         for old in self.candidates()[self.keep_last :]:
             shutil.rmtree(old, ignore_errors=True)

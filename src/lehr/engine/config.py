@@ -93,7 +93,30 @@ class HardwareConfig(Part):
     attention: Literal[("auto", *ATTENTION)] = "auto"  # SDPA kernel; auto = PyTorch picks (same math)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     peak_tflops: float | None = None  # MFU denominator; None = from the hardware profile
-    RESUMABLE: ClassVar[frozenset] = frozenset({"compile", "attention", "device", "peak_tflops"})
+    # ddp: every process holds the whole model and optimizer; fsdp: FSDP2 shards parameters,
+    # gradients and optimizer state across processes (checkpoints then go through DCP).
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    activation_checkpointing: Literal["none", "blocks"] = "none"  # blocks: recompute each in the backward
+    async_save: bool = False  # fsdp: a rolling checkpoint completes while training goes on
+    RESUMABLE: ClassVar[frozenset] = frozenset(
+        {
+            "compile",
+            "attention",
+            "device",
+            "peak_tflops",
+            "parallel",
+            "activation_checkpointing",
+            "async_save",
+        }
+    )
+
+    def check(self) -> None:
+        require(
+            not (self.parallel == "fsdp" and self.precision == "fp8"),
+            "precision",
+            self.precision,
+            "is not supported with parallel: fsdp yet; use bf16 with fsdp, or fp8 with ddp",
+        )
 
 
 # What ``decide_by`` may name; lower is better for the held-out figures, higher for the task ones.
@@ -278,7 +301,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
 
     def to_dict(self) -> dict:
         """For files (checkpoint state, a torchrun job); in-process, the object itself travels."""
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "model": self.model.math_dict()}
 
     def math_fields(self) -> dict:
         skip = self.resumable()

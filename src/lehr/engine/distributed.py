@@ -27,10 +27,12 @@ class Dist:
         return self.world > 1
 
 
-def setup(device: str) -> Dist:
-    if "RANK" not in os.environ:
-        return Dist(0, 0, 1)
+def setup(device: str, parallel: str = "ddp") -> Dist:
     backend = "nccl" if device != "cpu" and torch.cuda.is_available() else "gloo"
+    if "RANK" not in os.environ:
+        if parallel == "fsdp":  # FSDP2 shards over a process group, even a group of one
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        return Dist(0, 0, 1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # Rank 0 may spend minutes writing a large checkpoint while the others wait in a collective;
     # a short timeout would kill healthy runs on slow shared filesystems.
@@ -60,7 +62,7 @@ def setup(device: str) -> Dist:
 
 
 def teardown(d: Dist) -> None:
-    if d.enabled and dist.is_initialized():
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 

@@ -133,7 +133,7 @@ def llama_config(cfg: ModelConfig):
         intermediate_size=cfg.d_ff,
         num_hidden_layers=cfg.n_layer,
         num_attention_heads=cfg.n_head,
-        num_key_value_heads=cfg.n_head,
+        num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.head_dim,
         max_position_embeddings=cfg.seq_len,
         rms_norm_eps=cfg.norm_eps,

@@ -6,21 +6,23 @@ log, eval or checkpoint step, a stop, or the end), so a GPU queue never drains m
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lehr.engine import checkpoint, distributed, step
+from lehr.engine import checkpoint, distributed, parallel, step
 from lehr.engine.config import TrainConfig
 from lehr.engine.data import ShardSet, manifest_sha256
 from lehr.engine.evaluation import HeldOut, evaluate, sample_text
 from lehr.engine.guard import NonFiniteGuard
 from lehr.engine.hardware import memory_report, resolve
 from lehr.engine.metrics import RunLog, load_callbacks
+from lehr.engine.model import Transformer
 from lehr.engine.schedule import lr_at, mix_at
+from lehr.engine.sharded_checkpoint import ShardedSaves
 from lehr.engine.signals import GracefulStop
 from lehr.engine.start import build, start
 from lehr.engine.stopping import DivergedError, Divergence, policies
@@ -29,7 +31,7 @@ from lehr.engine.tasks import Scorer, evaluate_task, read_task
 
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
     """Train ``cfg`` from wherever it should start (fresh, resume, branch); returns a summary."""
-    d = distributed.setup(cfg.device)
+    d = distributed.setup(cfg.device, cfg.parallel)
     try:
         run = Run(cfg, d, load_callbacks(list(callback_specs)) if d.is_main else [])
         run.start()
@@ -67,6 +69,7 @@ class Run:
         self.data_hash = manifest_sha256(cfg.shards)
         self.t = build(cfg, self.hw, self.shards)
         self.rolling = checkpoint.Rolling(self.out_dir / "checkpoints", cfg.keep_last)
+        self.sharded = ShardedSaves(self.rolling, d, cfg.async_save)
         self.policies = policies(cfg)
         self.divergence = Divergence(cfg.max_consecutive_skips, self.hw.precision)
         self.guard = NonFiniteGuard(self.hw.device)
@@ -83,12 +86,13 @@ class Run:
             policy.at_start(self.prog)
         self.log = RunLog(self.out_dir, d.is_main, self.prog.step, self.end_step(), self.callbacks)
         self._announce()
-        self.core = self.t.model
+        self.core = self.t.model  # sharded in place under FSDP, wrapped by DDP below otherwise
         self.model = (
-            DDP(self.core, device_ids=[self.hw.device.index] if self.hw.device.type == "cuda" else None)
-            if d.enabled
-            else self.core
+            self.core
+            if parallel.is_sharded(self.core)
+            else parallel.replicate(self.core, self.hw, d.world, cfg.activation_checkpointing)
         )
+        self.whole = None  # under FSDP, rank 0's unsharded copy for evals and consolidated saves
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
         self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
@@ -96,9 +100,6 @@ class Run:
             Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json"))
             if cfg.sample_tokens or self.tasks
             else None
-        )
-        self.scorer = (
-            Scorer(self.core, self.tokenizer, self.hw.device, cfg.micro_batch) if self.tasks else None
         )
         self.flops_per_step = self.core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
         self.accum = cfg.grad_accum(d.world)
@@ -181,7 +182,6 @@ class Run:
                 t.scaler,
                 self.hw,
                 self.accum,
-                self.d.enabled,
                 nan_loss=s in self.faults,
             )
         except torch.OutOfMemoryError as e:
@@ -245,17 +245,19 @@ class Run:
         """Rank 0 evaluates; every rank then holds the same eval history, so the decisions that
         follow (auto-anneal, early stop, best) are taken identically everywhere without more syncs."""
         cfg, prog, rec = self.cfg, self.prog, None
+        model = self.unsharded()
         if self.d.is_main:
             rec = {
                 "step": prog.step,
                 "kind": "eval",
-                **evaluate(self.core, self.held, self.hw, cfg.micro_batch),
+                **evaluate(model, self.held, self.hw, cfg.micro_batch),
             }
             if self.tasks:  # the first task_examples of each, so every eval scores the same ones
-                rec["tasks"] = {t.name: evaluate_task(self.scorer, t, cfg.task_examples) for t in self.tasks}
+                scorer = Scorer(model, self.tokenizer, self.hw.device, cfg.micro_batch)
+                rec["tasks"] = {t.name: evaluate_task(scorer, t, cfg.task_examples) for t in self.tasks}
             if cfg.sample_tokens:
                 rec["sample"] = sample_text(
-                    self.core, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
+                    model, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
                 )
             self.log.record(rec)
             self.log.info(
@@ -287,36 +289,67 @@ class Run:
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save(self, target: Path | None = None) -> Path | None:
-        """A rolling checkpoint (or one at ``target``); every rank hands its RNG state to rank 0."""
-        cfg, prog, d, t = self.cfg, self.prog, self.d, self.t
+        """A rolling checkpoint (or one at ``target``); every rank hands its RNG state to rank 0.
+
+        Under FSDP a rolling checkpoint is DCP shards written by every rank; a ``target``
+        (``pre_anneal``, ``final``, ``best``) is consolidated into the single-file form, so that
+        evaluate, soup, export and ``lehr info`` read it as any other."""
+        prog, d, t = self.prog, self.d, self.t
         rngs = distributed.gather_to_main(checkpoint.rng_state(), d)
-        saved = None
-        if d.is_main:
-            state = {
-                "progress": vars(prog),
-                "data": t.stream.state_dict(),
-                "config": cfg.to_dict(),
-                "config_math": cfg.math_fields(),
-                "math_hash": cfg.math_hash(),
-                "manifest_sha256": self.data_hash,
-                "tokenizer_sha256": self.shards.manifest["tokenizer"]["sha256"],
-                "world_size": d.world,
-                "torch": torch.__version__,
-                "cuda": torch.version.cuda,
-                "device": self.hw.name,
-                "provenance": cfg.provenance,
-            }
-            kw = dict(
-                model=self.core,
-                state=state,
-                rng_per_rank=rngs,
-                optimizer_state={"optimizer": t.optimizer.state_dict(), "scaler": t.scaler.state_dict()},
-            )
-            saved = checkpoint.write(target, **kw) if target else self.rolling.save(prog.step, **kw)
-        distributed.barrier(d)
+        state = self._state() if d.is_main else None
+        if target is None and parallel.is_sharded(self.core):
+            shards = parallel.sharded_state(self.core, t.optimizer)
+            saved = self.sharded.save(prog.step, shards, t.scaler.state_dict(), state, rngs)
+        else:
+            # Keyed by parameter name, so that it loads under DDP or FSDP and any process count.
+            optimizer = parallel.full_optimizer_state(self.core, t.optimizer)
+            model = self.unsharded(for_save=True)
+            saved = None
+            if d.is_main:
+                kw = dict(
+                    model=model,
+                    state=state,
+                    rng_per_rank=rngs,
+                    optimizer_state={"optimizer": optimizer, "scaler": t.scaler.state_dict()},
+                )
+                saved = checkpoint.write(target, **kw) if target else self.rolling.save(prog.step, **kw)
+            distributed.barrier(d)
         if target is None:
             self.t_last = time.perf_counter()
         return saved
+
+    def _state(self) -> dict:
+        """Everything but tensors, as of now (an async save commits it later)."""
+        cfg, d = self.cfg, self.d
+        return {
+            "progress": copy.deepcopy(vars(self.prog)),
+            "data": self.t.stream.state_dict(),
+            "config": cfg.to_dict(),
+            "config_math": cfg.math_fields(),
+            "math_hash": cfg.math_hash(),
+            "manifest_sha256": self.data_hash,
+            "tokenizer_sha256": self.shards.manifest["tokenizer"]["sha256"],
+            "world_size": d.world,
+            "parallel": cfg.parallel,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "device": self.hw.name,
+            "provenance": cfg.provenance,
+        }
+
+    def unsharded(self, for_save: bool = False) -> torch.nn.Module | None:
+        """The model whole: the model itself under DDP; under FSDP every rank takes part in gathering
+        the shards and rank 0 gets a plain copy (on the CPU for a save, on the device for evals)."""
+        if not parallel.is_sharded(self.core):
+            return self.core
+        weights = parallel.full_model_state(self.core)
+        if not self.d.is_main:
+            return None
+        device = torch.device("cpu") if for_save else self.hw.device
+        if self.whole is None:
+            self.whole = Transformer(self.cfg.model)
+        self.whole.load_state_dict(weights)
+        return self.whole.to(device).eval()
 
     # -- finish --------------------------------------------------------------------------------------
     def finish(self, stop: str | None, signal_name: str | None) -> dict:
@@ -351,6 +384,7 @@ class Run:
             log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
         else:
             summary["final"] = str(self.save(self.out_dir / "final"))
+        self.sharded.wait()  # an async save still in flight completes before the run returns
         log.close()
         return summary
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class ModelConfig:
     tie_embeddings: bool = True  # output projection shares the token embedding
     norm_eps: float = 1e-5
     init_std: float = 0.02  # std of the normal init of every matrix
+    # Key/value heads (grouped-query attention: each serves n_head / n_kv_head query heads);
+    # None = n_head, plain multi-head attention.
+    n_kv_head: int | None = None
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -36,10 +40,27 @@ class ModelConfig:
             )
         if (self.d_model // self.n_head) % 2:
             raise ValueError("model head size (d_model / n_head) must be even for RoPE")
+        if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
+            raise ValueError(
+                f"model.n_kv_head = {self.n_kv_head} must divide model.n_head = {self.n_head} "
+                f"(each key/value head serves the same number of query heads)"
+            )
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    def math_dict(self) -> dict:
+        """The fields that shape the model's math, as checkpoints record them. A field added after
+        checkpoints existed is left out at its "absent" value, so those checkpoints still resume."""
+        out = dataclasses.asdict(self)
+        if out["n_kv_head"] is None:
+            del out["n_kv_head"]
+        return out
 
 
 # vocab_size and seq_len of a preset are defaults; the run sets vocab_size from the tokenizer.
@@ -47,6 +68,9 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(seq_len=64, n_layer=2, n_head=2, d_model=64, d_ff=176),
     "cpu-demo": dict(seq_len=128, n_layer=4, n_head=4, d_model=192, d_ff=512),
     "gpt2-small": dict(seq_len=1024, n_layer=12, n_head=12, d_model=768, d_ff=2048),
+    # Llama-style GPU presets with grouped-query attention (~350M and ~1.2B with a 32k vocabulary).
+    "llama-350m": dict(seq_len=2048, n_layer=24, n_head=16, n_kv_head=4, d_model=1024, d_ff=3072),
+    "llama-1b": dict(seq_len=2048, n_layer=16, n_head=32, n_kv_head=8, d_model=2048, d_ff=8192),
 }
 
 
@@ -87,25 +111,25 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.k_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         b, t, d = x.shape
-        q, k, v = (
-            p(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
-            for p in (self.q_proj, self.k_proj, self.v_proj)
+        q = self.q_proj(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+        k, v = (
+            p(x).view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2) for p in (self.k_proj, self.v_proj)
         )
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # SDPA picks flash / memory-efficient kernels on GPU and a fused CPU kernel otherwise.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -137,6 +161,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.checkpoint_blocks = False  # activation checkpointing: set by the engine, not the math
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
@@ -163,7 +188,10 @@ class Transformer(nn.Module):
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         x = self.embed(idx)
         for block in self.blocks:
-            x = block(x, cos, sin)
+            if self.checkpoint_blocks and torch.is_grad_enabled():  # keep only the block's input
+                x = checkpoint(block, x, cos, sin, use_reentrant=False)
+            else:
+                x = block(x, cos, sin)
         logits = self.lm_head(self.norm(x))
         if targets is None:
             return logits, None

@@ -5,18 +5,21 @@ checkpoint was made under something else."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from lehr.engine import checkpoint, fp8
+from lehr.engine import checkpoint, fp8, parallel, sharded_checkpoint
 from lehr.engine.config import TrainConfig, math_diff
 from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.distributed import Dist
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import Transformer
 from lehr.engine.stopping import Progress
+
+log = logging.getLogger("lehr.train")
 
 
 @dataclass
@@ -45,6 +48,8 @@ def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
     checkpoint.seed_all(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
     fp8_layers = fp8.convert(model) if hw.precision == "fp8" else 0
+    if cfg.parallel == "fsdp":  # every rank built the same model; each now keeps its shard of it
+        parallel.shard(model, hw, cfg.activation_checkpointing)
     return Trainee(
         model,
         build_optimizer(model, cfg),
@@ -60,30 +65,25 @@ def start(
     """(mode, checkpoint it started from, progress): ``fresh``, ``resume`` or ``branch``."""
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
-        _check_resumable(path, state, cfg, d, shards)
-        _restore(path, t, hw.device, d.rank, with_optimizer=True)
+        _check_resumable(path, state, cfg, shards)
+        _restore(path, state, t, cfg, d, with_optimizer=True)
         t.stream.load_state_dict(state["data"])
-        return mode, path, Progress.from_state(state["progress"])
-    if mode == "branch":
+        prog = Progress.from_state(state["progress"])
+    elif mode == "branch":
         _check_branchable(path, state, cfg, shards)
-        _restore(path, t, hw.device, d.rank, with_optimizer=cfg.init_optimizer)
+        _restore(path, state, t, cfg, d, with_optimizer=cfg.init_optimizer)
         checkpoint.seed_all(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
         prog = Progress(step=state["progress"]["step"], tokens=state["progress"]["tokens"])
         t.stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
-        return mode, path, prog
-    return mode, None, Progress()
+    else:
+        prog = Progress()
+    if not prog.world_sizes or prog.world_sizes[-1][1] != d.world:
+        prog.world_sizes.append([prog.step, d.world])  # [from step, processes]: the run's history
+    return mode, path, prog
 
 
-def _check_resumable(path: Path, state: dict, cfg: TrainConfig, d: Dist, shards: ShardSet) -> None:
+def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet) -> None:
     fix = f"or delete {cfg.out_dir} to start this run afresh"
-    made_by = state.get("world_size", 1)
-    if made_by != d.world:
-        # Exact resume holds for the process count that made the checkpoint; resharding across
-        # counts needs sharded (FSDP/DCP) checkpoints.
-        raise checkpoint.CheckpointError(
-            f"refusing to resume {path}: it was made by {made_by} process(es) and this run has {d.world}. "
-            f"Resume with the same count (pretrain.launch.nproc_per_node x nnodes = {made_by}), {fix}."
-        )
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         raise checkpoint.CheckpointError(
             f"refusing to resume {path}: it was trained on shards of another tokenizer than {cfg.shards}. "
@@ -109,12 +109,35 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
         )
 
 
-def _restore(path: Path, t: Trainee, device: torch.device, rank: int, with_optimizer: bool) -> None:
-    checkpoint.load_weights(path, t.model)
-    if with_optimizer:
-        opt_state = checkpoint.load_optimizer(path, device)
-        t.optimizer.load_state_dict(opt_state["optimizer"])
-        t.scaler.load_state_dict(opt_state["scaler"])
-    rng = checkpoint.load_rng(path, rank)
+def _restore(path: Path, state: dict, t: Trainee, cfg: TrainConfig, d: Dist, with_optimizer: bool) -> None:
+    """Weights, optimizer and scaler, and this rank's RNG states, whatever the checkpoint's kind
+    (single file or DCP shards) and process count and whatever this run's: each is resharded."""
+    optimizer = t.optimizer if with_optimizer else None
+    if sharded_checkpoint.is_sharded(path):
+        sharded_checkpoint.load(path, t.model, optimizer)
+        if optimizer is not None:
+            t.scaler.load_state_dict(sharded_checkpoint.load_scaler(path))
+    else:
+        if parallel.is_sharded(t.model):
+            whole = Transformer(cfg.model)  # the file's weights, whole on the CPU, then resharded
+            checkpoint.load_weights(path, whole)
+            parallel.load_full_model_state(t.model, whole.state_dict())
+        else:
+            checkpoint.load_weights(path, t.model)
+        if optimizer is not None:
+            saved = checkpoint.load_optimizer(path, torch.device("cpu"))
+            parallel.load_full_optimizer_state(t.model, optimizer, saved["optimizer"])
+            t.scaler.load_state_dict(saved["scaler"])
+    rng = checkpoint.load_rng(path, d.rank)
     if rng is not None:
         checkpoint.set_rng_state(rng)
+        return
+    # A rank the checkpoint did not have: its generators start from the seed, the step and the rank,
+    # the same on every rerun. Training draws no randomness on these ranks; evals run on rank 0.
+    checkpoint.seed_all(cfg.seed + state["progress"]["step"] * 1009 + d.rank)
+    log.info(
+        "rank %d: %s, made by %d process(es), holds no RNG state for this rank; seeded from the step",
+        d.rank,
+        path,
+        state.get("world_size", 1),
+    )

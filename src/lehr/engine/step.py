@@ -1,16 +1,17 @@
 """One optimizer step, all on the device: set the LR, accumulate the micro-batches' gradients
-(autocast forward, scaled loss, backward; DDP's ``no_sync`` on all but the last), unscale and
+(autocast forward, scaled loss, backward; no gradient sync but on the last), unscale and
 clip, then the fused AdamW step, which skips itself when the grad norm is not finite. Nothing
 here reads a tensor on the host; the loop does that at its sync points."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor import DTensor
 
+from lehr.engine import parallel
 from lehr.engine.guard import NonFiniteGuard
 from lehr.engine.hardware import Hardware, memory_report
 
@@ -40,14 +41,12 @@ def accumulate(
     scaler,
     hw: Hardware,
     accum: int,
-    ddp: bool,
     nan_loss: bool,
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the batch's mean loss as a device scalar."""
     step_loss = torch.zeros((), device=hw.device)
     for i, (x, y) in enumerate(batches):
-        sync = model.no_sync() if ddp and i < len(batches) - 1 else contextlib.nullcontext()
-        with sync:
+        with parallel.no_sync(model, last=i == len(batches) - 1):
             with hw.compute():
                 _, loss = forward(x, y)
             if nan_loss:
@@ -62,6 +61,8 @@ def update(core: torch.nn.Module, optimizer, scaler, guard: NonFiniteGuard, grad
     """Unscale, clip, step (skipped on the device for a non-finite norm); returns the grad norm."""
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(core.parameters(), grad_clip or float("inf"))
+    if isinstance(grad_norm, DTensor):  # FSDP: the norm over every rank's shards, on every rank
+        grad_norm = grad_norm.full_tensor()
     found_inf = guard.observe(grad_norm)
     if not scaler.is_enabled():  # fp16: the scaler hands the optimizer its own found_inf
         optimizer.found_inf = found_inf

@@ -30,6 +30,7 @@ class Progress:
     evals: list = field(default_factory=list)  # [{"step": 40, "heldout": {"loss": ...}, <source>: {...}}]
     best_loss: float | None = None
     skips_total: int = 0
+    world_sizes: list = field(default_factory=list)  # [[from step, processes], ...] over the run's life
 
     @classmethod
     def from_state(cls, saved: dict) -> Progress:

@@ -1,0 +1,92 @@
+"""Rolling checkpoints under FSDP: every rank writes its own shards through DCP
+(``torch.distributed.checkpoint``) into the checkpoint's staging folder; rank 0 then commits it
+as every checkpoint is committed (RNG states, the sha256 of every file, ``state.json``, one
+rename, ``latest``, keep-K), so the atomic-folder and fallback guarantees hold as for a single
+file. With ``async_save`` the shards are copied to host memory and written by a background
+thread while training goes on; the next save, or the end of the run, waits for them and commits.
+A kill before the commit leaves the staging folder (cleared at the next start) and the previous
+checkpoint as it was.
+
+DCP loads reshard: a checkpoint written by N processes resumes on M, sharded or not.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from lehr.engine import checkpoint, distributed, parallel
+
+SHARDS = "dcp"  # the subfolder of a checkpoint that holds the DCP shards
+SCALER = "scaler.pt"  # the grad scaler's state (rank 0's; every rank's is the same)
+
+
+def is_sharded(path: Path) -> bool:
+    return (path / SHARDS).is_dir()
+
+
+@dataclass
+class _InFlight:
+    future: object
+    tmp: Path
+    target: Path
+    state: dict | None
+    rngs: list | None
+
+
+class ShardedSaves:
+    def __init__(self, rolling: checkpoint.Rolling, d: distributed.Dist, async_save: bool):
+        self.rolling, self.d, self.async_save = rolling, d, async_save
+        self.in_flight: _InFlight | None = None
+
+    def save(self, step: int, shards: dict, scaler: dict, state: dict | None, rngs: list | None) -> Path:
+        """Every rank calls this; ``state`` and ``rngs`` matter on rank 0 only."""
+        self.wait()
+        target = self.rolling.path(step)
+        tmp = None
+        if self.d.is_main:
+            with checkpoint.written_or_nothing(target):
+                tmp = checkpoint.stage(target)
+                torch.save(scaler, tmp / SCALER)
+                tmp = str(tmp)
+        tmp = Path(distributed.broadcast_object(tmp, self.d))
+        if self.async_save:
+            future = dcp.async_save(shards, checkpoint_id=tmp / SHARDS, process_group=self.d.host_group)
+            self.in_flight = _InFlight(future, tmp, target, state, rngs)
+        else:
+            dcp.save(shards, checkpoint_id=tmp / SHARDS, process_group=self.d.host_group)
+            self._commit(tmp, target, state, rngs)
+        return target
+
+    def wait(self) -> None:
+        """Finish the save in flight, if any: its shards on disk on every rank, then committed."""
+        if self.in_flight is None:
+            return
+        flight, self.in_flight = self.in_flight, None
+        time.sleep(float(os.environ.get(checkpoint.SLOW_WRITE_ENV, 0)))  # test-only: a kill aims here
+        flight.future.result()
+        self._commit(flight.tmp, flight.target, flight.state, flight.rngs)
+
+    def _commit(self, tmp: Path, target: Path, state: dict | None, rngs: list | None) -> None:
+        distributed.barrier(self.d)  # every rank's shards are written
+        if self.d.is_main:
+            with checkpoint.written_or_nothing(target):
+                checkpoint.commit(tmp, target, state, rngs)
+            self.rolling.publish(target)
+        distributed.barrier(self.d)
+
+
+def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """The model (and optimizer) from a sharded checkpoint, resharded to this run's processes."""
+    state = parallel.sharded_state(model, optimizer)
+    dcp.load(state, checkpoint_id=path / SHARDS)
+    parallel.load_sharded_state(model, optimizer, state)
+
+
+def load_scaler(path: Path) -> dict:
+    return torch.load(path / SCALER, weights_only=True)
