@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from lehr.engine import checkpoint, distributed, parallel
@@ -43,10 +44,16 @@ class ShardedSaves:
     def __init__(self, rolling: checkpoint.Rolling, d: distributed.Dist, async_save: bool):
         self.rolling, self.d, self.async_save = rolling, d, async_save
         self.in_flight: _InFlight | None = None
+        self.group = None
 
     def save(self, step: int, shards: dict, scaler: dict, state: dict | None, rngs: list | None) -> Path:
         """Every rank calls this; ``state`` and ``rngs`` matter on rank 0 only."""
         self.wait()
+        if self.group is None and dist.is_initialized():
+            # DCP plans a save with collectives; an async save runs them from a background thread,
+            # so they get a gloo group of their own, apart from the training's (every rank makes
+            # it here, at the same save).
+            self.group = dist.new_group(backend="gloo")
         target = self.rolling.path(step)
         tmp = None
         if self.d.is_main:
@@ -56,10 +63,10 @@ class ShardedSaves:
                 tmp = str(tmp)
         tmp = Path(distributed.broadcast_object(tmp, self.d))
         if self.async_save:
-            future = dcp.async_save(shards, checkpoint_id=tmp / SHARDS, process_group=self.d.host_group)
+            future = dcp.async_save(shards, checkpoint_id=tmp / SHARDS, process_group=self.group)
             self.in_flight = _InFlight(future, tmp, target, state, rngs)
         else:
-            dcp.save(shards, checkpoint_id=tmp / SHARDS, process_group=self.d.host_group)
+            dcp.save(shards, checkpoint_id=tmp / SHARDS, process_group=self.group)
             self._commit(tmp, target, state, rngs)
         return target
 

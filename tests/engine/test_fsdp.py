@@ -1,0 +1,166 @@
+"""FSDP2 through torchrun on gloo (2 CPU processes): the same training as DDP, exact resume,
+resume across process counts and across DDP/FSDP, activation checkpointing, async saves that a
+kill cannot half-write, and optimizer state sharded ~1/N per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lehr.engine.checkpoint import SLOW_WRITE_ENV, Rolling
+from lehr.engine.launch import Launch, run
+
+pytestmark = pytest.mark.slow
+BASE = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=4)
+# Two processes sum gradients in another order than one (and FSDP's reduce-scatter in another
+# order than DDP's all-reduce): the same training within float32 rounding, not bit for bit.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def weights(run_dir: Path) -> dict:
+    return load_file(run_dir / "final" / "model.safetensors")
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    return [(r["step"], r["loss"]) for r in rows if r["kind"] == "train"]
+
+
+def assert_close_runs(a: Path, b: Path, exact: bool = False) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        if exact:
+            assert torch.equal(wa[k], wb[k]), k
+        else:
+            torch.testing.assert_close(wa[k], wb[k], rtol=RTOL, atol=ATOL)
+    # An interrupted run also logs the step it stopped at; every step the straight run logged matches.
+    la, lb = dict(losses(a)), dict(losses(b))
+    assert set(la) <= set(lb)
+    for step, x in la.items():
+        assert x == lb[step] if exact else abs(x - lb[step]) < 1e-4, (step, la, lb)
+
+
+def test_fsdp_trains_as_ddp_does_and_activation_checkpointing_changes_nothing(tiny_config, tmp_path):
+    two = Launch(nproc_per_node=2)
+    run(tiny_config(out_dir=str(tmp_path / "ddp"), **BASE), two)
+    fsdp = run(tiny_config(out_dir=str(tmp_path / "fsdp"), parallel="fsdp", **BASE), two)
+    assert fsdp["step"] == 16
+    assert_close_runs(tmp_path / "ddp", tmp_path / "fsdp")
+    run(
+        tiny_config(
+            out_dir=str(tmp_path / "fsdp-ac"), parallel="fsdp", activation_checkpointing="blocks", **BASE
+        ),
+        two,
+    )
+    assert_close_runs(tmp_path / "fsdp", tmp_path / "fsdp-ac", exact=True)  # recomputed, not changed
+    # Rolling checkpoints are DCP shards, one file per rank, committed with every file's sha256.
+    latest = Rolling(tmp_path / "fsdp" / "checkpoints", 2).latest_valid()
+    path, state = latest
+    assert {"dcp/__0_0.distcp", "dcp/__1_0.distcp", "dcp/.metadata"} <= set(state["files"])
+    assert state["parallel"] == "fsdp" and state["progress"]["world_sizes"] == [[0, 2]]
+
+
+def test_fsdp_resume_is_exact_at_the_same_process_count(tiny_config, tmp_path):
+    two = Launch(nproc_per_node=2)
+    cfg = dict(parallel="fsdp", **BASE)
+    run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), two)
+    run(tiny_config(out_dir=str(tmp_path / "chunked"), end_step=6, **cfg), two)
+    summary = run(tiny_config(out_dir=str(tmp_path / "chunked"), **cfg), two)
+    assert summary["mode"] == "resume"
+    assert_close_runs(tmp_path / "straight", tmp_path / "chunked", exact=True)
+
+
+@pytest.mark.parametrize(
+    "first, then",
+    [
+        (("fsdp", 2), ("fsdp", 1)),  # DCP shards of 2 resharded onto 1
+        (("fsdp", 1), ("fsdp", 2)),  # ...and of 1 onto 2
+        (("ddp", 2), ("ddp", 1)),  # a single-file checkpoint under another count
+        (("ddp", 2), ("fsdp", 2)),  # a DDP checkpoint resumed under FSDP
+        (("fsdp", 2), ("ddp", 2)),  # and the reverse
+    ],
+)
+def test_resume_across_process_counts_and_parallel_kinds(tiny_config, tmp_path, first, then):
+    (kind_a, n_a), (kind_b, n_b) = first, then
+    run(tiny_config(out_dir=str(tmp_path / "straight"), parallel=kind_a, **BASE), Launch(nproc_per_node=n_a))
+    out = str(tmp_path / "moved")
+    run(tiny_config(out_dir=out, parallel=kind_a, end_step=8, **BASE), Launch(nproc_per_node=n_a))
+    summary = run(tiny_config(out_dir=out, parallel=kind_b, **BASE), Launch(nproc_per_node=n_b))
+    assert summary["mode"] == "resume" and summary["resumed_from"].endswith("step_00000008")
+    assert_close_runs(tmp_path / "straight", tmp_path / "moved")
+    state = json.loads((tmp_path / "moved" / "final" / "state.json").read_text())
+    history = [[0, n_a]] + ([[8, n_b]] if n_b != n_a else [])
+    assert state["progress"]["world_sizes"] == history and state["world_size"] == n_b
+
+
+def test_fsdp_shards_the_optimizer_state(tiny_config, tmp_path):
+    """Each rank writes about half of AdamW's moments: the bytes of optimizer state in each rank's
+    DCP file, read from the checkpoint's own index."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    run(tiny_config(out_dir=str(tmp_path / "fsdp"), parallel="fsdp", **BASE), Launch(nproc_per_node=2))
+    path, _ = Rolling(tmp_path / "fsdp" / "checkpoints", 2).latest_valid()
+    index = FileSystemReader(str(path / "dcp")).read_metadata().storage_data
+    per_file: dict[str, int] = {}
+    for key, info in index.items():
+        if key.fqn.startswith("optimizer.state."):
+            per_file[info.relative_path] = per_file.get(info.relative_path, 0) + info.length
+    total = sum(per_file.values())
+    assert sorted(per_file) == ["__0_0.distcp", "__1_0.distcp"]
+    for size in per_file.values():
+        assert 0.4 < size / total < 0.6, per_file
+    # ...and together they are the whole state a DDP rank holds on its own (each stored shard and
+    # AdamW step counter also carries a serialisation header of its own).
+    whole = torch.load(tmp_path / "fsdp" / "final" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
+    moments = sum(t.numel() * t.element_size() for s in whole.values() for k, t in s.items() if k != "step")
+    assert 0.95 < total / moments < 1.25, (total, moments)
+
+
+def test_fsdp_on_one_process_is_one_shard(tiny_config, tmp_path):
+    one = run(tiny_config(out_dir=str(tmp_path / "one"), parallel="fsdp", **BASE), Launch(nproc_per_node=1))
+    run(tiny_config(out_dir=str(tmp_path / "plain"), **BASE), Launch(nproc_per_node=1))
+    assert one["step"] == 16
+    assert_close_runs(tmp_path / "one", tmp_path / "plain", exact=True)
+
+
+def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_config, tmp_path):
+    """A real SIGKILL while a save is in flight: the staging folder is cleared at the next start,
+    the newest committed checkpoint verifies, and the run resumes from it to the same weights."""
+    cfg = dict(parallel="fsdp", async_save=True, **BASE)
+    run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), Launch(nproc_per_node=2))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(tiny_config(out_dir=str(tmp_path / "killed"), **cfg).to_dict()))
+    launcher = (
+        "import json, sys; from lehr.engine.launch import Launch, run; from lehr.engine.config import "
+        "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=2))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher, str(job)],
+        env={**os.environ, SLOW_WRITE_ENV: "3"},
+        start_new_session=True,
+    )
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (checkpoints / "step_00000004" / "state.json").is_file():
+        time.sleep(0.2)
+    # step 4 is committed once step 8's save is asked for; step 8's shards are then in flight.
+    while time.time() < deadline and not any(checkpoints.glob(".tmp-step_00000008-*")):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    path, _ = Rolling(checkpoints, 2).latest_valid()
+    assert path.name == "step_00000004"
+    summary = run(tiny_config(out_dir=str(tmp_path / "killed"), **cfg), Launch(nproc_per_node=2))
+    assert summary["resumed_from"].endswith("step_00000004")
+    assert not list(checkpoints.glob(".tmp-*"))
+    assert_close_runs(tmp_path / "straight", tmp_path / "killed", exact=True)
