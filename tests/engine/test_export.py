@@ -50,3 +50,20 @@ def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(
     assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (
         smoke_shards / "tokenizer.json"
     ).read_bytes()
+
+
+def test_a_grouped_query_model_exports_to_the_same_llama_logits(tiny_config, smoke_shards, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lehr.engine.model import preset
+
+    train(tiny_config(total_steps=5, model=preset("tiny", 512, n_kv_head=1)))
+    ckpt = tmp_path / "run" / "final"
+    assert main(["export", str(ckpt), str(tmp_path / "hf"), "--hf"]) == 0
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert hf.config.num_key_value_heads == 1
+    ids = torch.randint(0, 512, (2, 32))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            hf(ids).logits, load_model(ckpt, torch.device("cpu"))(ids)[0], rtol=1e-4, atol=1e-4
+        )

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr.engine import checkpoint, distributed, parallel, step
+from lehr.engine import checkpoint, distributed, memory, parallel, step
 from lehr.engine.config import TrainConfig
 from lehr.engine.data import ShardSet, manifest_sha256
 from lehr.engine.evaluation import HeldOut, evaluate, sample_text
@@ -63,6 +63,18 @@ class Run:
     def __init__(self, cfg: TrainConfig, d: distributed.Dist, callbacks: list):
         self.cfg, self.d, self.callbacks = cfg, d, callbacks
         self.hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, d.local_rank, cfg.attention)
+        # Before any work: a run that cannot fit its GPU is refused, naming what would fit.
+        self.memory = memory.check_fits(
+            cfg.model,
+            cfg.micro_batch,
+            d.world,
+            cfg.parallel,
+            self.hw.precision,
+            cfg.activation_checkpointing,
+            torch.cuda.get_device_properties(self.hw.device).total_memory
+            if self.hw.device.type == "cuda"
+            else None,
+        )
         self.out_dir = Path(cfg.out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.shards = ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len)
@@ -117,6 +129,9 @@ class Run:
             d.world,
             self.hw.name,
             self.hw.precision,
+        )
+        log.info(
+            "memory estimate (%s, %s): %s", cfg.parallel, cfg.activation_checkpointing, self.memory.describe()
         )
         if self.mode == "resume":
             log.info("resumed from checkpoint %s", self.started_from)

@@ -1,0 +1,53 @@
+"""The memory estimate per GPU and the refusal of a run that cannot fit; grouped-query attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lehr.engine.memory import GIB, check_fits, estimate, parameter_count
+from lehr.engine.model import ModelConfig, Transformer, preset
+
+
+@pytest.mark.parametrize("name", ["tiny", "cpu-demo", "gpt2-small", "llama-350m"])
+def test_the_estimate_counts_the_parameters_a_model_has(name):
+    cfg = preset(name, 4096)
+    with torch.device("meta"):  # shapes only: no memory for the big presets
+        model = Transformer(cfg)
+    assert parameter_count(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_fsdp_divides_the_states_and_checkpointing_the_activations():
+    cfg = preset("llama-1b", 32000)
+    ddp = estimate(cfg, 8, 8, "ddp", "bf16", "none")
+    fsdp = estimate(cfg, 8, 8, "fsdp", "bf16", "none")
+    assert fsdp.optimizer == pytest.approx(ddp.optimizer / 8)
+    assert fsdp.activations == ddp.activations
+    ac = estimate(cfg, 8, 8, "fsdp", "bf16", "blocks")
+    assert ac.activations < ddp.activations / 2 and ac.optimizer == fsdp.optimizer
+    assert (
+        0.95e9 < parameter_count(cfg) < 1.3e9
+        and 0.25e9 < parameter_count(preset("llama-350m", 32000)) < 0.4e9
+    )
+
+
+def test_a_run_that_cannot_fit_is_refused_naming_what_would():
+    cfg = preset("llama-1b", 32000)
+    with pytest.raises(MemoryError) as e:
+        check_fits(cfg, 16, 8, "ddp", "bf16", "none", 24 * GIB)
+    message = str(e.value)
+    assert "more than 90% of the GPU's 24 GiB" in message
+    assert "pretrain.parallel: fsdp" in message and "pretrain.activation_checkpointing: blocks" in message
+    assert "both: " in message and "(fits)" in message
+    assert check_fits(cfg, 16, 8, "fsdp", "bf16", "blocks", 24 * GIB).total < 0.9 * 24 * GIB
+    assert check_fits(cfg, 16, 1, "ddp", "bf16", "none", None).total > 0  # CPU: reported only
+
+
+def test_grouped_query_attention_shares_key_value_heads():
+    cfg = ModelConfig(vocab_size=64, seq_len=16, n_layer=1, n_head=4, n_kv_head=2, d_model=32, d_ff=64)
+    model = Transformer(cfg)
+    assert model.blocks[0].attn.k_proj.weight.shape == (16, 32)
+    logits, _ = model(torch.randint(0, 64, (2, 16)))
+    assert logits.shape == (2, 16, 64)
+    with pytest.raises(ValueError, match="n_kv_head = 3 must divide model.n_head = 4"):
+        ModelConfig(vocab_size=64, seq_len=16, n_layer=1, n_head=4, n_kv_head=3, d_model=32, d_ff=64)
