@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -164,3 +165,38 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     assert summary["resumed_from"].endswith("step_00000004")
     assert not list(checkpoints.glob(".tmp-*"))
     assert_close_runs(tmp_path / "straight", tmp_path / "killed", exact=True)
+
+
+def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path):
+    """Two launchers with nnodes=2 rendezvous on 127.0.0.1, one gloo worker each: an FSDP run
+    stopped part way and resumed gives the one-machine run's training."""
+    run(tiny_config(out_dir=str(tmp_path / "one-machine"), parallel="fsdp", **BASE), Launch(nproc_per_node=2))
+    launcher = (
+        "import json, sys; from lehr.engine.launch import Launch, run; from lehr.engine.config import "
+        "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=1, nnodes=2, "
+        "node_rank=int(sys.argv[2]), rdzv_endpoint='127.0.0.1:' + sys.argv[3]))"
+    )
+
+    def two_nodes(**overrides) -> None:
+        job = tmp_path / "job.json"
+        cfg = tiny_config(out_dir=str(tmp_path / "two-nodes"), parallel="fsdp", **BASE, **overrides)
+        job.write_text(json.dumps(cfg.to_dict()))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        nodes = [
+            subprocess.Popen([sys.executable, "-c", launcher, str(job), str(r), port], start_new_session=True)
+            for r in (0, 1)
+        ]
+        try:
+            assert [n.wait(timeout=300) for n in nodes] == [0, 0]
+        finally:
+            for n in nodes:
+                if n.poll() is None:
+                    os.killpg(n.pid, signal.SIGKILL)
+
+    two_nodes(end_step=8)
+    two_nodes()
+    state = json.loads((tmp_path / "two-nodes" / "final" / "state.json").read_text())
+    assert state["world_size"] == 2 and state["progress"]["step"] == 16
+    assert_close_runs(tmp_path / "one-machine", tmp_path / "two-nodes", exact=True)

@@ -4,6 +4,7 @@ shared endpoint. The training itself is ``loop.train``; each torchrun worker ent
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -56,7 +57,9 @@ def run(
     """
     check_fits_machine(launch, cfg.device)
     out_dir = Path(cfg.out_dir)
-    with locks.hold(out_dir, "training run"):
+    # One writer per run folder: the first node's launcher holds it for the whole group (on a shared
+    # filesystem the other nodes' launchers would otherwise find it taken).
+    with locks.hold(out_dir, "training run") if launch.node_rank == 0 else contextlib.nullcontext():
         if launch.nproc_per_node * launch.nnodes == 1:
             return train(cfg, list(callback_specs))
         return _torchrun(cfg, launch, callback_specs, extra_env, out_dir)
@@ -86,6 +89,9 @@ def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_d
         proc = subprocess.run(cmd, env=env, preexec_fn=die_with_parent)
         if proc.returncode != 0:
             raise RuntimeError(f"torchrun exited with code {proc.returncode}; see the log above")
+        if launch.nnodes > 1 and not summary_path.is_file():
+            # The rendezvous put rank 0, which writes the run's summary, on another node.
+            return {"node_rank": launch.node_rank}
         return json.loads(summary_path.read_text())
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
