@@ -5,7 +5,8 @@
 # engine runs from src/ without installing lehr, so GPU images without Kedro or DVC do. Prints, for
 # the ~124M gpt2-small preset: tokens/s, MFU and peak memory of lehr's loop vs a bare loop in bf16,
 # eager and compiled (goal: MFU >= 50% on an H200), and with FP8 block matmuls, compiled; then the
-# engine's CUDA checks (host syncs per log interval, exact resume, the non-finite guard).
+# engine's CUDA checks (host syncs per log interval, exact resume, the non-finite guard); then FSDP2
+# runs of gpt2-small and the ~1B llama-1b preset, with and without activation checkpointing.
 # FP8 needs torchao; on a machine without a package index, carry a wheel in .wheels/
 # (`pip download "torchao>=0.14" --no-deps -d .wheels` beforehand).
 set -euo pipefail
@@ -25,5 +26,11 @@ if $PY -c "import torchao" 2>/dev/null || $PY -m pip install --quiet --no-index 
 else
   echo "skipped: torchao is not installed and .wheels/ holds no wheel of it"
 fi
+echo "== FSDP2 (one process, one shard): MFU and peak memory, with and without activation checkpointing =="
+for ac in none blocks; do
+  $PY bench/train_loop.py "${common[@]}" --precision bf16 --compile --parallel fsdp --activation-checkpointing $ac
+  $PY bench/train_loop.py --preset llama-1b --vocab 32000 --device cuda --batch 16 --micro 8 --steps 10 \
+    --warmup 5 --rounds 1 --precision bf16 --compile --parallel fsdp --activation-checkpointing $ac
+done
 echo "== engine checks on CUDA =="
 $PY bench/cuda_checks.py

@@ -53,6 +53,8 @@ def config(args, shards: Path, out: Path) -> TrainConfig:
         device=args.device,
         compile=args.compile,
         attention=args.attention,
+        parallel=args.parallel,
+        activation_checkpointing=args.activation_checkpointing,
     )
 
 
@@ -147,6 +149,8 @@ def main() -> None:
     p.add_argument("--precision", default="auto")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--attention", default="auto", help="SDPA kernel: auto | flash | efficient | cudnn | math")
+    p.add_argument("--parallel", default="ddp", help="ddp | fsdp (FSDP2 over this one process: one shard)")
+    p.add_argument("--activation-checkpointing", default="none", help="none | blocks")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,7 +171,8 @@ def main() -> None:
             f"model {args.preset} ({n_params / 1e6:.1f}M params), batch {cfg.batch_size} x "
             f"{cfg.model.seq_len} tokens, "
             f"micro {cfg.micro_batch}, device {hw.name}, precision {hw.precision}, compile {cfg.compile}, "
-            f"attention {hw.attention}"
+            f"attention {hw.attention}, parallel {cfg.parallel}, activation checkpointing "
+            f"{cfg.activation_checkpointing}"
         )
         print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in lehr)})")
         print(f"bare loop     {bare_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")

@@ -154,6 +154,11 @@ def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
     (its checkpoint is saved, and running the stage again resumes it)."""
     tracking.mark_attempt(cfg.out_dir)
     summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
+    if "stopped" not in summary:  # several machines: rank 0 ran on another node, whose stage saves
+        raise RuntimeError(
+            f"node {summary['node_rank']} trained its share; the node whose processes got rank 0 "
+            f"writes the stage's outputs and metrics (this node's stage ends here, nothing written)"
+        )
     if summary["stopped"] == "signal":
         raise RuntimeError(
             f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
