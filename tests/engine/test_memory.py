@@ -51,3 +51,12 @@ def test_grouped_query_attention_shares_key_value_heads():
     assert logits.shape == (2, 16, 64)
     with pytest.raises(ValueError, match="n_kv_head = 3 must divide model.n_head = 4"):
         ModelConfig(vocab_size=64, seq_len=16, n_layer=1, n_head=4, n_kv_head=3, d_model=32, d_ff=64)
+
+
+def test_an_unknown_parallel_kind_or_fsdp_with_fp8_is_refused(tiny_config):
+    from lehr.engine.parts import ConfigError
+
+    with pytest.raises(ConfigError, match="parallel = 'zero3'.*ddp.*fsdp"):
+        tiny_config(parallel="zero3")
+    with pytest.raises(ConfigError, match="precision = 'fp8' is not supported with parallel: fsdp"):
+        tiny_config(parallel="fsdp", precision="fp8")
