@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lehr.engine.memory import GIB, check_fits, estimate, parameter_count
+from lehr.engine.memory import GIB, Setup, check_fits, estimate, parameter_count
 from lehr.engine.model import ModelConfig, Transformer, preset
 
 
@@ -19,11 +19,11 @@ def test_the_estimate_counts_the_parameters_a_model_has(name):
 
 def test_fsdp_divides_the_states_and_checkpointing_the_activations():
     cfg = preset("llama-1b", 32000)
-    ddp = estimate(cfg, 8, 8, "ddp", "bf16", "none")
-    fsdp = estimate(cfg, 8, 8, "fsdp", "bf16", "none")
+    ddp = estimate(cfg, Setup(8, 8, "ddp", "bf16", "none"))
+    fsdp = estimate(cfg, Setup(8, 8, "fsdp", "bf16", "none"))
     assert fsdp.optimizer == pytest.approx(ddp.optimizer / 8)
     assert fsdp.activations == ddp.activations
-    ac = estimate(cfg, 8, 8, "fsdp", "bf16", "blocks")
+    ac = estimate(cfg, Setup(8, 8, "fsdp", "bf16", "blocks"))
     assert ac.activations < ddp.activations / 2 and ac.optimizer == fsdp.optimizer
     assert (
         0.95e9 < parameter_count(cfg) < 1.3e9
@@ -34,13 +34,13 @@ def test_fsdp_divides_the_states_and_checkpointing_the_activations():
 def test_a_run_that_cannot_fit_is_refused_naming_what_would():
     cfg = preset("llama-1b", 32000)
     with pytest.raises(MemoryError) as e:
-        check_fits(cfg, 16, 8, "ddp", "bf16", "none", 24 * GIB)
+        check_fits(cfg, Setup(16, 8, "ddp", "bf16", "none"), 24 * GIB)
     message = str(e.value)
     assert "more than 90% of the GPU's 24 GiB" in message
     assert "pretrain.parallel: fsdp" in message and "pretrain.activation_checkpointing: blocks" in message
     assert "both: " in message and "(fits)" in message
-    assert check_fits(cfg, 16, 8, "fsdp", "bf16", "blocks", 24 * GIB).total < 0.9 * 24 * GIB
-    assert check_fits(cfg, 16, 1, "ddp", "bf16", "none", None).total > 0  # CPU: reported only
+    assert check_fits(cfg, Setup(16, 8, "fsdp", "bf16", "blocks"), 24 * GIB).total < 0.9 * 24 * GIB
+    assert check_fits(cfg, Setup(16, 1, "ddp", "bf16", "none"), None).total > 0  # CPU: reported only
 
 
 def test_grouped_query_attention_shares_key_value_heads():

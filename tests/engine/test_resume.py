@@ -125,4 +125,3 @@ def test_branch_from_an_initial_checkpoint(tiny_config, tmp_path):
     again = train(tiny_config(out_dir=str(tmp_path / "branch"), **branch))
     assert again["mode"] == "resume"  # its own folder wins over the initial checkpoint
     assert os.path.isdir(tmp_path / "branch" / "best")
-

@@ -66,11 +66,9 @@ class Run:
         # Before any work: a run that cannot fit its GPU is refused, naming what would fit.
         self.memory = memory.check_fits(
             cfg.model,
-            cfg.micro_batch,
-            d.world,
-            cfg.parallel,
-            self.hw.precision,
-            cfg.activation_checkpointing,
+            memory.Setup(
+                cfg.micro_batch, d.world, cfg.parallel, self.hw.precision, cfg.activation_checkpointing
+            ),
             torch.cuda.get_device_properties(self.hw.device).total_memory
             if self.hw.device.type == "cuda"
             else None,

@@ -10,6 +10,7 @@ kernels' workspaces come on top, hence the headroom.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from lehr.engine.model import ModelConfig
@@ -47,27 +48,31 @@ def parameter_count(cfg: ModelConfig) -> int:
     return cfg.n_layer * block + cfg.vocab_size * cfg.d_model + head + cfg.d_model
 
 
-def estimate(
-    cfg: ModelConfig,
-    micro_batch: int,
-    world: int,
-    parallel: str,
-    precision: str,
-    activation_checkpointing: str,
-) -> Estimate:
+@dataclass(frozen=True)
+class Setup:
+    """What besides the model decides the memory per GPU."""
+
+    micro_batch: int
+    world: int  # processes (GPUs) in all
+    parallel: str  # ddp | fsdp
+    precision: str  # the resolved one: bf16, fp16, fp8 or fp32
+    activation_checkpointing: str  # none | blocks
+
+
+def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
     n = parameter_count(cfg)
-    shards = world if parallel == "fsdp" else 1
-    low = precision in ("bf16", "fp16", "fp8")
-    act_bytes = 2 if low else 4
+    fsdp = setup.parallel == "fsdp"
+    shards = setup.world if fsdp else 1
+    act_bytes = 2 if setup.precision in ("bf16", "fp16", "fp8") else 4
     block_params = (n - cfg.vocab_size * cfg.d_model) / cfg.n_layer
     # FSDP gathers a block (and prefetches the next) in the compute dtype, and its gradient.
-    gathered = 2 * block_params * act_bytes * 2 if parallel == "fsdp" else 0
-    s, b, h = cfg.seq_len, micro_batch, cfg.d_model
+    gathered = 2 * block_params * act_bytes * 2 if fsdp else 0
+    s, b, h = cfg.seq_len, setup.micro_batch, cfg.d_model
     kv = cfg.kv_heads * cfg.head_dim
     # Stored for the backward, per block: norm inputs and outputs, q/k/v, attention output, the
     # residuals, and the MLP's gate, up and product (each s*b wide).
     per_block = s * b * (6 * h + 2 * kv + 3 * cfg.d_ff) * act_bytes
-    if activation_checkpointing == "blocks":  # only each block's input, plus one block recomputed
+    if setup.activation_checkpointing == "blocks":  # each block's input, plus one block recomputed
         blocks = cfg.n_layer * s * b * h * act_bytes + per_block
     else:
         blocks = cfg.n_layer * per_block
@@ -80,40 +85,27 @@ def estimate(
     )
 
 
-def check_fits(
-    cfg: ModelConfig,
-    micro_batch: int,
-    world: int,
-    parallel: str,
-    precision: str,
-    activation_checkpointing: str,
-    device_bytes: int | None,
-) -> Estimate:
+def check_fits(cfg: ModelConfig, setup: Setup, device_bytes: int | None) -> Estimate:
     """The estimate; raises before any work when it exceeds the device, naming what would fit.
     On the CPU (``device_bytes`` None) the estimate is only reported."""
-    est = estimate(cfg, micro_batch, world, parallel, precision, activation_checkpointing)
+    est = estimate(cfg, setup)
     if device_bytes is None or est.total <= HEADROOM * device_bytes:
         return est
-    now = dict(
-        micro_batch=micro_batch,
-        world=world,
-        parallel=parallel,
-        precision=precision,
-        activation_checkpointing=activation_checkpointing,
-    )
+    smaller = max(1, setup.micro_batch // 4)
     changes = {
         "pretrain.parallel: fsdp": dict(parallel="fsdp"),
         "pretrain.activation_checkpointing: blocks": dict(activation_checkpointing="blocks"),
         "both": dict(parallel="fsdp", activation_checkpointing="blocks"),
-        f"pretrain.micro_batch: {max(1, micro_batch // 4)}": dict(micro_batch=max(1, micro_batch // 4)),
+        f"pretrain.micro_batch: {smaller}": dict(micro_batch=smaller),
     }
     options = []
     for label, change in changes.items():
-        if all(now[k] == v for k, v in change.items()):
+        other = dataclasses.replace(setup, **change)
+        if other == setup:
             continue  # already so
-        other = estimate(cfg, **(now | change))
-        fits = "fits" if other.total <= HEADROOM * device_bytes else "still too much"
-        options.append(f"{label}: {other.total / GIB:.1f} GiB ({fits})")
+        need = estimate(cfg, other).total
+        verdict = "fits" if need <= HEADROOM * device_bytes else "still too much"
+        options.append(f"{label}: {need / GIB:.1f} GiB ({verdict})")
     raise MemoryError(
         f"this run would need about {est.describe()}, more than {HEADROOM:.0%} of the GPU's "
         f"{device_bytes / GIB:.0f} GiB. Options: " + "; ".join(options) + "; or more GPUs (fsdp divides "
