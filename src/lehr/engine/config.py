@@ -124,6 +124,14 @@ HELDOUT_METRICS = ("heldout.loss", "heldout.bpb")
 TASK_METRICS = ("acc", "acc_norm", "loglik")
 
 
+def task_metric(metric: str) -> tuple[str, str] | None:
+    """(task, figure) of ``tasks.<task>.<figure>`` (a task name may hold dots); None otherwise."""
+    if not metric.startswith("tasks."):
+        return None
+    task, _, figure = metric.removeprefix("tasks.").rpartition(".")
+    return task, figure
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig(Part):
     """Held-out evals during training: how often, on how much, task evals, and a sample of text."""
@@ -153,10 +161,10 @@ class EvalConfig(Part):
         require_positive(self, "log_every", "eval_every", "eval_windows")
         require(self.sample_tokens >= 0, "sample_tokens", self.sample_tokens, "must be >= 0")
         require(self.task_examples >= 0, "task_examples", self.task_examples, "must be >= 0 (0 = none)")
-        parts = self.decide_by.split(".")
+        parsed = task_metric(self.decide_by)
         require(
             self.decide_by in HELDOUT_METRICS
-            or (len(parts) >= 3 and parts[0] == "tasks" and parts[-1] in TASK_METRICS),
+            or (parsed is not None and parsed[0] != "" and parsed[1] in TASK_METRICS),
             "decide_by",
             self.decide_by,
             f"must be one of {', '.join(HELDOUT_METRICS)} or tasks.<task>.<{'|'.join(TASK_METRICS)}>",
@@ -279,8 +287,8 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         super().__post_init__()
 
     def check(self) -> None:
-        if self.decide_by.startswith("tasks."):
-            task = self.decide_by.split(".", 1)[1].rsplit(".", 1)[0]
+        if parsed := task_metric(self.decide_by):
+            task, _ = parsed
             require(
                 task in self.task_files and self.task_examples > 0,
                 "decide_by",

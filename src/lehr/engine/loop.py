@@ -98,9 +98,7 @@ class Run:
         self._announce()
         self.core = self.t.model  # sharded in place under FSDP, wrapped by DDP below otherwise
         self.model = (
-            self.core
-            if parallel.is_sharded(self.core)
-            else parallel.replicate(self.core, self.hw, d.world, cfg.activation_checkpointing)
+            self.core if parallel.is_sharded(self.core) else parallel.replicate(self.core, self.hw, d.world)
         )
         self.whole = None  # under FSDP, rank 0's unsharded copy for evals and consolidated saves
         self.forward = torch.compile(self.model) if cfg.compile else self.model

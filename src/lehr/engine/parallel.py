@@ -30,11 +30,10 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 SHARDED = StateDictOptions(full_state_dict=False)
 
 
-def shard(model: Transformer, hw: Hardware, activation_checkpointing: str) -> None:
+def shard(model: Transformer, hw: Hardware) -> None:
     """FSDP2 in place: each block its own unit (gathered just before it runs, freed after), the
     root holding the embeddings, final norm and head. On GPUs the blocks compute in bf16 and
     reduce gradients in fp32; on CPU everything stays fp32."""
-    model.checkpoint_blocks = activation_checkpointing == "blocks"
     mp = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if hw.device.type == "cuda" and hw.precision == "bf16"
@@ -45,9 +44,8 @@ def shard(model: Transformer, hw: Hardware, activation_checkpointing: str) -> No
     fully_shard(model, mp_policy=mp)
 
 
-def replicate(model: Transformer, hw: Hardware, world: int, activation_checkpointing: str) -> torch.nn.Module:
+def replicate(model: Transformer, hw: Hardware, world: int) -> torch.nn.Module:
     """The module the steps run: DDP over several processes, the model itself on one."""
-    model.checkpoint_blocks = activation_checkpointing == "blocks"
     if world == 1:
         return model
     return DDP(model, device_ids=[hw.device.index] if hw.device.type == "cuda" else None)

@@ -48,8 +48,9 @@ def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
     checkpoint.seed_all(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
     fp8_layers = fp8.convert(model) if hw.precision == "fp8" else 0
+    model.checkpoint_blocks = cfg.activation_checkpointing == "blocks"
     if cfg.parallel == "fsdp":  # every rank built the same model; each now keeps its shard of it
-        parallel.shard(model, hw, cfg.activation_checkpointing)
+        parallel.shard(model, hw)
     return Trainee(
         model,
         build_optimizer(model, cfg),

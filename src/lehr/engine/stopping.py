@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from lehr.engine.config import StopRule, TrainConfig
+from lehr.engine.config import StopRule, TrainConfig, task_metric
 
 log = logging.getLogger("lehr.train")
 
@@ -54,8 +54,8 @@ class Progress:
 def score(ev: dict, metric: str) -> float:
     """``metric`` of one eval (``heldout.loss``, ``tasks.<task>.acc``…), signed so that lower is
     better: a task's accuracy or log-likelihood counts negated."""
-    if metric.startswith("tasks."):
-        task, name = metric.removeprefix("tasks.").rsplit(".", 1)
+    if parsed := task_metric(metric):
+        task, name = parsed
         return -ev["tasks"][task][name]
     source, name = metric.rsplit(".", 1)
     return ev[source][name]
