@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -300,24 +302,48 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, smoke_repo, c
     assert dir_hash(repo / "data/04_feature/shards") == dir_hash(other / "data/04_feature/shards")
 
 
-def test_pretrain_node_through_torchrun_with_two_gloo_workers(repo):
-    out = sh(
-        repo,
-        "kedro",
-        "run",
-        "--pipeline",
-        "pretrain_stable",
-        "--env",
-        "smoke",
-        "--params",
-        "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp,pretrain.micro_batch=2",
+def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo):
+    """Two "machines" on 127.0.0.1, one gloo worker each, through torchrun's static rendezvous:
+    node 0 runs the Kedro stage and saves its outputs, node 1 joins with `lehr join` and exits 0;
+    a Kedro run on node 1 is refused before any work, naming the command for it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    params = (
+        f"pretrain.run_name=two-nodes,pretrain.micro_batch=2,pretrain.launch.nnodes=2,"
+        f"pretrain.launch.rdzv_endpoint=127.0.0.1:{port},pretrain.launch.node_rank="
     )
-    assert "2 process(es)" in out.stderr
-    state = json.loads((repo / "data/06_models/stable_run/ddp/pre_anneal/state.json").read_text())
-    assert (
-        state["world_size"] == 2
-        and (repo / "data/06_models/stable_run/ddp/pre_anneal/rng_rank1.pt").is_file()
-    )
+    refused = sh(repo, "kedro", "run", "--pipeline", "pretrain_stable", "--params", params + "1", check=False)
+    assert refused.returncode != 0 and "python -m lehr join pretrain_stable" not in refused.stderr
+    assert "python -m lehr join <stage>" in refused.stderr
+    logs = [repo.parent / f"node{i}.log" for i in (0, 1)]
+    nodes = [
+        subprocess.Popen(cmd, cwd=repo, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+        for log, cmd in zip(
+            logs,
+            (
+                ["kedro", "run", "--pipeline", "pretrain_stable", "--params", params + "0"],
+                [sys.executable, "-m", "lehr", "join", "pretrain_stable", "--params", params + "1"],
+            ),
+        )
+    ]
+    deadline = time.monotonic() + 300
+    try:  # a node that fails leaves the other waiting at the rendezvous: stop at the first failure
+        while any(n.poll() is None for n in nodes) and not any(n.poll() for n in nodes):
+            assert time.monotonic() < deadline, "the two nodes did not finish in 300 s"
+            time.sleep(0.5)
+    finally:
+        for n in nodes:
+            n.kill()
+            n.wait()
+    outputs = [log.read_text() for log in logs]
+    assert [n.returncode for n in nodes] == [0, 0], "\n----\n".join(o[-3000:] for o in outputs)
+    assert "2 process(es)" in outputs[0] and "node 1 trained its share" in outputs[1]
+    run = repo / "data/06_models/stable_run/two-nodes/pre_anneal"
+    state = json.loads((run / "state.json").read_text())
+    assert state["world_size"] == 2 and (run / "rng_rank1.pt").is_file()
+    pre_anneal = json.loads((repo / "data/06_models/pre_anneal/state.json").read_text())
+    assert pre_anneal["files"] == state["files"]  # node 0 saved the stage's output
 
 
 def test_an_override_in_conf_local_is_a_change_dvc_sees_and_a_stray_one_is_refused(repo):

@@ -107,3 +107,20 @@ def test_nothing_listens_beyond_loopback_by_default():
     assert "--host 127.0.0.1" in (ROOT / "Makefile").read_text()
     for path in [*ROOT.glob("conf/**/*.yml"), ROOT / "Makefile", *ROOT.glob("src/**/*.py")]:
         assert "0.0.0.0" not in path.read_text(), path
+
+
+def test_a_stage_across_machines_runs_on_node_0_under_the_static_rendezvous():
+    from lehr.engine.config import Launch
+    from lehr.run_config import check_stage_node
+
+    check_stage_node(Launch())
+    check_stage_node(Launch(nnodes=2, node_rank=0))
+    check_stage_node(Launch(nnodes=2, node_rank=1), helper=True)
+    with pytest.raises(ValueError, match="python -m lehr join <stage>"):
+        check_stage_node(Launch(nnodes=2, node_rank=1))
+    with pytest.raises(ValueError, match="node 0 runs the stage itself"):
+        check_stage_node(Launch(nnodes=2, node_rank=0), helper=True)
+    with pytest.raises(ValueError, match="node 0 runs the stage itself"):
+        check_stage_node(Launch(), helper=True)
+    with pytest.raises(ValueError, match="needs `static`"):
+        check_stage_node(Launch(nnodes=2, rdzv_backend="c10d"))

@@ -11,6 +11,7 @@ python -m lehr runs                     the rolling run folders: step, state, us
 python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
 python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
 python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
+python -m lehr join STAGE --params ...  node i > 0 of a run across machines: train its share
 """
 
 from __future__ import annotations
@@ -209,6 +210,16 @@ def _sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _join(args: argparse.Namespace) -> int:
+    from lehr.helper_node import join, runtime_params
+    from lehr.project import profile_in_force
+
+    env = args.env or profile_in_force(Path.cwd())
+    node = join(Path.cwd(), args.stage, env, runtime_params(args.params))
+    print(f"node {node} trained its share of the {args.stage} run; node 0 saved the stage's outputs")
+    return 0
+
+
 def _catalog(args: argparse.Namespace) -> dict[str, Path]:
     from lehr.project import catalog_paths
 
@@ -346,6 +357,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--yes", action="store_true", help="remove them; without it, only say what would go")
     p.set_defaults(func=_prune)
+    p = sub.add_parser(
+        "join", help="on node i > 0 of a run across machines: train its share (node 0 runs the stage)"
+    )
+    p.add_argument("stage", help="pretrain_stable or anneal")
+    p.add_argument("--env", help="the profile node 0 runs; default: the one in conf/profile.yaml")
+    p.add_argument(
+        "--params", default="", help="node 0's --params, with this node's pretrain.launch.node_rank"
+    )
+    p.set_defaults(func=_join)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from lehr.engine import launch
-from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
+from lehr.engine.config import SHARED_PARTS, Launch, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
 from lehr.tracking import runs as tracking
@@ -149,16 +149,34 @@ def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_a
         )
 
 
+def check_stage_node(lc: Launch, helper: bool = False) -> None:
+    """Across machines, the stage runs on node 0, which the static rendezvous gives rank 0, and
+    ``lehr join`` on the others (``helper``); refused before any work otherwise, naming the command."""
+    if helper and (lc.nnodes == 1 or lc.node_rank == 0):
+        raise ValueError(
+            f"`lehr join` is for nodes 1 .. nnodes-1 of a run across machines (here nnodes = {lc.nnodes}, "
+            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `kedro run --pipeline <stage>`"
+        )
+    if lc.nnodes == 1:
+        return
+    if not helper and lc.node_rank != 0:
+        raise ValueError(
+            f"pretrain.launch.node_rank = {lc.node_rank}: the stage runs on node 0, which writes its "
+            "outputs; on this node run `python -m lehr join <stage>` with the same --env and --params"
+        )
+    if lc.rdzv_backend != "static":
+        raise ValueError(
+            f"pretrain.launch.rdzv_backend = {lc.rdzv_backend!r}: a stage across machines needs "
+            "`static`, which gives node 0 (where the stage saves its outputs) rank 0"
+        )
+
+
 def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
     """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
     (its checkpoint is saved, and running the stage again resumes it)."""
+    check_stage_node(params.launch)
     tracking.mark_attempt(cfg.out_dir)
     summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
-    if "stopped" not in summary:  # several machines: rank 0 ran on another node, whose stage saves
-        raise RuntimeError(
-            f"node {summary['node_rank']} trained its share; the node whose processes got rank 0 "
-            f"writes the stage's outputs and metrics (this node's stage ends here, nothing written)"
-        )
     if summary["stopped"] == "signal":
         raise RuntimeError(
             f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "

@@ -200,7 +200,9 @@ class Launch(Part):
     nnodes: int = 1  # machines taking part; more than 1 needs rdzv_endpoint reachable from all
     node_rank: int = 0
     rdzv_endpoint: str = "127.0.0.1:29500"  # host:port of the rendezvous (node 0)
-    rdzv_backend: str = "c10d"
+    # static: node i's processes take ranks i * nproc_per_node ..., so node 0 holds rank 0 (and the
+    # stage's outputs); c10d: elastic membership, ranks in an order of the rendezvous' choosing.
+    rdzv_backend: Literal["static", "c10d"] = "static"
     max_restarts: int = 0  # torchrun restarts the whole group this often after a worker dies, resuming
 
     def check(self) -> None:
