@@ -28,9 +28,9 @@ else
 fi
 echo "== FSDP2 (one process, one shard): MFU and peak memory, with and without activation checkpointing =="
 for ac in none blocks; do
-  $PY bench/train_loop.py "${common[@]}" --precision bf16 --compile --parallel fsdp --activation-checkpointing $ac
+  $PY bench/train_loop.py "${common[@]}" --precision bf16 --compile --parallel fsdp --optimizer adamw --activation-checkpointing $ac
   $PY bench/train_loop.py --preset llama-1b --vocab 32000 --device cuda --batch 16 --micro 8 --steps 10 \
-    --warmup 5 --rounds 1 --precision bf16 --compile --parallel fsdp --activation-checkpointing $ac
+    --warmup 5 --rounds 1 --precision bf16 --compile --parallel fsdp --optimizer adamw --activation-checkpointing $ac
 done
 echo "== engine checks on CUDA =="
 $PY bench/cuda_checks.py

@@ -4,7 +4,7 @@ Same model, batch, precision and optimizer; the bare loop gets its batches pre-d
 Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share of step time
 (goal <= 1%), and checkpoint save / verify+load seconds.
 
-    python bench/train_loop.py                                   # CPU, cpu-demo preset
+    python bench/train_loop.py [--optimizer adamw]               # CPU, cpu-demo preset
     python bench/train_loop.py --preset gpt2-small --device cuda --precision bf16 [--compile]
 """
 
@@ -25,7 +25,7 @@ from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.hardware import resolve
 from lehr.engine.loop import train
 from lehr.engine.model import Transformer, preset
-from lehr.engine.start import build_optimizer
+from lehr.engine.optim import build as build_optimizer
 from synthetic import synthetic_shards
 
 MIX = {"gold": 1.0, "silver": 1.0}
@@ -55,6 +55,7 @@ def config(args, shards: Path, out: Path) -> TrainConfig:
         attention=args.attention,
         parallel=args.parallel,
         activation_checkpointing=args.activation_checkpointing,
+        optimizer=args.optimizer,
     )
 
 
@@ -151,6 +152,9 @@ def main() -> None:
     p.add_argument("--attention", default="auto", help="SDPA kernel: auto | flash | efficient | cudnn | math")
     p.add_argument("--parallel", default="ddp", help="ddp | fsdp (FSDP2 over this one process: one shard)")
     p.add_argument("--activation-checkpointing", default="none", help="none | blocks")
+    p.add_argument(
+        "--optimizer", default="muon", help="adamw | muon (Muon on the hidden matrices, AdamW on the rest)"
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,7 +176,7 @@ def main() -> None:
             f"{cfg.model.seq_len} tokens, "
             f"micro {cfg.micro_batch}, device {hw.name}, precision {hw.precision}, compile {cfg.compile}, "
             f"attention {hw.attention}, parallel {cfg.parallel}, activation checkpointing "
-            f"{cfg.activation_checkpointing}"
+            f"{cfg.activation_checkpointing}, optimizer {cfg.optimizer}"
         )
         print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in lehr)})")
         print(f"bare loop     {bare_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")

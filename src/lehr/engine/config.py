@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
+from lehr.engine.optim import OPTIMIZERS
 from lehr.engine.parts import Part, check_mix, require, require_positive, require_seed
 from lehr.engine.schedule import SHAPES
 
@@ -43,18 +44,29 @@ class ScheduleConfig(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizerConfig(Part):
-    """AdamW: decay on matrices only, global-norm clipping."""
+    """The objective and the update: AdamW, or Muon on the hidden matrices with AdamW on the rest
+    (``optim``); global-norm clipping; an optional z-loss on the logits."""
 
-    weight_decay: float = 0.1  # matrices only
+    optimizer: Literal[OPTIMIZERS] = "adamw"
+    weight_decay: float = 0.1  # AdamW's matrices only (with muon: embeddings and head)
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # max global grad norm; 0 = off
+    # muon: the attention and MLP matrices. Its LR is the peak of the orthogonalised update per
+    # step (scaled by sqrt(max(1, rows / cols)), Keller Jordan's rule), following lr's schedule.
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95  # Nesterov
+    muon_weight_decay: float = 0.0  # decoupled, per unit of muon_lr
+    z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
-        for key in ("beta1", "beta2"):
+        for key in ("beta1", "beta2", "muon_momentum"):
             require(0 <= getattr(self, key) < 1, key, getattr(self, key), "must lie in [0, 1)")
         require(self.grad_clip >= 0, "grad_clip", self.grad_clip, "must be >= 0 (0 = no clipping)")
+        require(self.muon_lr > 0, "muon_lr", self.muon_lr, "must be positive (e.g. 0.02)")
+        require(self.muon_weight_decay >= 0, "muon_weight_decay", self.muon_weight_decay, "must be >= 0")
+        require(self.z_loss >= 0, "z_loss", self.z_loss, "must be >= 0 (0 = off; 1e-4 is usual)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,13 +195,23 @@ class CheckpointConfig(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class GuardConfig(Part):
+    """What a step is skipped for: a non-finite grad norm always; a loss spike when spike_sigma > 0."""
+
     seed: int = 0  # model init and the per-rank RNGs
     max_consecutive_skips: int = 5  # non-finite steps in a row before the run aborts
+    # A step whose loss exceeds the mean of the last spike_window steps' losses by more than
+    # spike_sigma of their standard deviations is skipped (OLMo-core's rule); 0 = never.
+    spike_sigma: float = 0.0
+    spike_window: int = 64  # steps; no step is skipped as a spike before the window is full
     RESUMABLE: ClassVar[frozenset] = frozenset({"max_consecutive_skips"})
 
     def check(self) -> None:
         require_seed("seed", self.seed)
         require_positive(self, "max_consecutive_skips")
+        require(
+            self.spike_sigma >= 0, "spike_sigma", self.spike_sigma, "must be >= 0 (0 = no spike skipping)"
+        )
+        require(self.spike_window >= 2, "spike_window", self.spike_window, "must be at least 2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,6 +311,13 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         super().__post_init__()
 
     def check(self) -> None:
+        require(
+            not (self.optimizer == "muon" and self.parallel == "fsdp"),
+            "optimizer",
+            self.optimizer,
+            "is not supported with parallel: fsdp yet (Muon orthogonalises whole matrices, FSDP shards "
+            "them); use optimizer: adamw with fsdp, or muon with ddp",
+        )
         if parsed := task_metric(self.decide_by):
             task, _ = parsed
             require(
@@ -314,8 +343,22 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         return {**dataclasses.asdict(self), "model": self.model.math_dict()}
 
     def math_fields(self) -> dict:
-        skip = self.resumable()
+        skip = self.resumable() | self._absent()
         return {k: v for k, v in self.to_dict().items() if k not in skip}
+
+    def _absent(self) -> set[str]:
+        """Fields added after checkpoints existed, left out of the math at the value that means
+        "not in use", so those checkpoints still resume (and keep their run folders)."""
+        out = {
+            k
+            for k, off in (("optimizer", "adamw"), ("z_loss", 0.0), ("spike_sigma", 0.0))
+            if getattr(self, k) == off
+        }
+        if self.optimizer != "muon":
+            out |= {"muon_lr", "muon_momentum", "muon_weight_decay"}
+        if self.spike_sigma == 0:
+            out.add("spike_window")
+        return out
 
     def math_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.math_fields(), sort_keys=True).encode()).hexdigest()[:16]

@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr.engine import checkpoint, distributed, memory, parallel, step
+from lehr.engine import checkpoint, distributed, memory, optim, parallel, step
 from lehr.engine.config import TrainConfig
 from lehr.engine.data import ShardSet, manifest_sha256
 from lehr.engine.evaluation import HeldOut, evaluate, sample_text
-from lehr.engine.guard import NonFiniteGuard
+from lehr.engine.guard import StepGuard
 from lehr.engine.hardware import memory_report, resolve
 from lehr.engine.metrics import RunLog, load_callbacks
 from lehr.engine.model import Transformer
@@ -82,7 +82,7 @@ class Run:
         self.sharded = ShardedSaves(self.rolling, d, cfg.async_save)
         self.policies = policies(cfg)
         self.divergence = Divergence(cfg.max_consecutive_skips, self.hw.precision)
-        self.guard = NonFiniteGuard(self.hw.device)
+        self.guard = StepGuard(self.hw.device, cfg.spike_sigma, cfg.spike_window)
         self.faults = step.injected_faults()
 
     # -- start -------------------------------------------------------------------------------------
@@ -92,6 +92,8 @@ class Run:
             self.rolling.recover()
         distributed.barrier(d)  # every rank then reads the same checkpoints
         self.mode, self.started_from, self.prog = start(cfg, d, self.hw, self.t, self.rolling, self.shards)
+        if self.prog.loss_window:
+            self.guard.load_state_dict(self.prog.loss_window)
         for policy in self.policies:
             policy.at_start(self.prog)
         self.log = RunLog(self.out_dir, d.is_main, self.prog.step, self.end_step(), self.callbacks)
@@ -112,6 +114,7 @@ class Run:
         self.flops_per_step = self.core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
         self.accum = cfg.grad_accum(d.world)
         self.t_last, self.steps_since_log = time.perf_counter(), 0
+        self.t_start, self.timed = self.t_last, [0, 0.0]  # [steps, seconds] of training between syncs
 
     def _announce(self) -> None:
         cfg, d, log = self.cfg, self.d, self.log
@@ -181,7 +184,7 @@ class Run:
             anneal_steps=cfg.anneal_steps,
             shape=cfg.decay_shape,
         )
-        step.set_lr(t.optimizer, lr)
+        optim.set_lr(t.optimizer, lr)
         batches = t.stream.next_batches(
             cfg.batch_size, self.mix(s), self.d.rank, self.d.world, cfg.micro_batch, self.hw.device
         )
@@ -194,10 +197,13 @@ class Run:
                 self.hw,
                 self.accum,
                 nan_loss=s in self.faults,
+                z_loss=cfg.z_loss,
             )
         except torch.OutOfMemoryError as e:
             raise step.out_of_memory(s, self.hw, cfg.micro_batch) from e
-        grad_norm = step.update(self.core, t.optimizer, t.scaler, self.guard, cfg.grad_clip)
+        # Spike skipping compares the batch's loss, so every replica takes the same decision.
+        batch_loss = distributed.mean_over_ranks(loss, self.d) if cfg.spike_sigma else loss
+        grad_norm = step.update(self.core, t.optimizer, t.scaler, self.guard, cfg.grad_clip, batch_loss)
         self.prog.step += 1
         self.prog.tokens += cfg.batch_size * cfg.model.seq_len
         self.steps_since_log += 1
@@ -209,10 +215,20 @@ class Run:
         if self.hw.device.type == "cuda":
             torch.cuda.synchronize()  # timings below are of finished work
         # Each rank holds the loss of its share of the batch; the logged loss is the batch's.
-        loss, norm, skipped, longest = torch.stack(
+        loss, norm, skipped, longest, spikes = torch.stack(
             [distributed.mean_over_ranks(result.loss, self.d), result.grad_norm, *self.guard.counts()]
         ).tolist()
         self.guard.reset_window()
+        if spikes:
+            prog.spikes_total += int(spikes)
+            self.log.info(
+                "%d update(s) skipped as loss spikes by step %d (> %g sigma over %d losses; %d in all)",
+                spikes,
+                prog.step,
+                cfg.spike_sigma,
+                cfg.spike_window,
+                prog.spikes_total,
+            )
         if skipped:
             prog.skips_total += int(skipped)
             self.log.info(
@@ -233,6 +249,7 @@ class Run:
     def _log_step(self, loss: float, norm: float, lr: float) -> None:
         dt = time.perf_counter() - self.t_last
         tok_s = self.steps_since_log * self.cfg.batch_size * self.cfg.model.seq_len / dt
+        self.timed = [self.timed[0] + self.steps_since_log, self.timed[1] + dt]
         peak = self.hw.peak_tflops
         mfu = self.flops_per_step * self.steps_since_log / dt / (peak * 1e12 * self.d.world) if peak else None
         # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
@@ -332,6 +349,8 @@ class Run:
     def _state(self) -> dict:
         """Everything but tensors, as of now (an async save commits it later)."""
         cfg, d = self.cfg, self.d
+        if cfg.spike_sigma:
+            self.prog.loss_window = self.guard.state_dict()
         return {
             "progress": copy.deepcopy(vars(self.prog)),
             "data": self.t.stream.state_dict(),
@@ -379,6 +398,12 @@ class Run:
             "anneal_start": prog.anneal_start,
             "anneal_reason": prog.anneal_reason,
             "skips_total": prog.skips_total,
+            "spikes_total": prog.spikes_total,
+            # This process's share of the run: a resumed run reports the part it trained.
+            "wall_seconds": round(time.perf_counter() - self.t_start, 1),
+            "tok_per_s": round(self.timed[0] * cfg.batch_size * cfg.model.seq_len / self.timed[1])
+            if self.timed[1]
+            else None,
             "n_params": self.core.num_parameters(),
             "heldout": prog.evals[-1] if prog.evals else None,
             "best_loss": prog.best_loss,

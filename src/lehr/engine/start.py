@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from lehr.engine import checkpoint, fp8, parallel, sharded_checkpoint
+from lehr.engine import checkpoint, fp8, optim, parallel, sharded_checkpoint
 from lehr.engine.config import TrainConfig, math_diff
 from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.distributed import Dist
@@ -33,17 +33,6 @@ class Trainee:
     fp8_layers: int
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    # Decay matrices only: norm gains are not capacity, and decaying them distorts normalisation.
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    # Fused on every device: one kernel per step, and it honours ``found_inf`` (see guard.py).
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
-
-
 def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
     checkpoint.seed_all(cfg.seed)
     model = Transformer(cfg.model).to(hw.device)
@@ -53,7 +42,7 @@ def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
         parallel.shard(model, hw)
     return Trainee(
         model,
-        build_optimizer(model, cfg),
+        optim.build(model, cfg),
         hw.grad_scaler(),
         TrainStream(shards, cfg.model.seq_len, cfg.data_seed),
         fp8_layers,
@@ -103,6 +92,13 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
     differ = [f"model.{k}" for k in sorted(ours) if theirs.get(k) != ours[k]]
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         differ.append("tokenizer")
+    made_with = state["config"].get("optimizer", "adamw")  # checkpoints before Muon: AdamW
+    if cfg.init_optimizer and made_with != cfg.optimizer:
+        raise checkpoint.CheckpointError(
+            f"refusing to branch from {path} with its optimizer state: it was made with optimizer "
+            f"{made_with}, and this run's optimizer is {cfg.optimizer}. Branch with fresh optimizer "
+            f"state (anneal.init_optimizer: false), or set pretrain.optimizer: {made_with}."
+        )
     if differ:
         raise checkpoint.CheckpointError(
             f"refusing to branch from {path}: it was made with another {', '.join(differ)}. Re-run the "

@@ -1,7 +1,8 @@
-"""One optimizer step, all on the device: set the LR, accumulate the micro-batches' gradients
-(autocast forward, scaled loss, backward; no gradient sync but on the last), unscale and
-clip, then the fused AdamW step, which skips itself when the grad norm is not finite. Nothing
-here reads a tensor on the host; the loop does that at its sync points."""
+"""One optimizer step, all on the device: accumulate the micro-batches' gradients (autocast
+forward, scaled loss plus the optional z-loss, backward; no gradient sync but on the last),
+unscale and clip, then the optimizer step, which skips itself when the guard says so (a
+non-finite grad norm, a loss spike). Nothing here reads a tensor on the host; the loop does that
+at its sync points."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from lehr.engine import parallel
-from lehr.engine.guard import NonFiniteGuard
+from lehr.engine.guard import StepGuard
 from lehr.engine.hardware import Hardware, memory_report
 
 FAULT_ENV = "LEHR_FAULT_NONFINITE_STEPS"  # test-only: comma-separated steps whose loss becomes NaN
@@ -29,11 +30,6 @@ def injected_faults() -> set[int]:
     return {int(s) for s in os.environ.get(FAULT_ENV, "").split(",") if s.strip()}
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
-
 def accumulate(
     forward,
     model: torch.nn.Module,
@@ -42,28 +38,34 @@ def accumulate(
     hw: Hardware,
     accum: int,
     nan_loss: bool,
+    z_loss: float = 0.0,
 ) -> torch.Tensor:
-    """Backward over the micro-batches; returns the batch's mean loss as a device scalar."""
+    """Backward over the micro-batches; returns the batch's mean cross-entropy (the z-loss is
+    trained on, not reported) as a device scalar."""
     step_loss = torch.zeros((), device=hw.device)
     for i, (x, y) in enumerate(batches):
         with parallel.no_sync(model, last=i == len(batches) - 1):
             with hw.compute():
-                _, loss = forward(x, y)
+                logits, loss = forward(x, y)
             if nan_loss:
                 loss = loss * float("nan")
+            objective = loss + z_loss * logits.float().logsumexp(-1).square().mean() if z_loss else loss
             # Divide so the accumulated gradient is that of one batch of batch_size sequences.
-            scaler.scale(loss / accum).backward()
+            scaler.scale(objective / accum).backward()
         step_loss += loss.detach() / accum
     return step_loss
 
 
-def update(core: torch.nn.Module, optimizer, scaler, guard: NonFiniteGuard, grad_clip: float) -> torch.Tensor:
-    """Unscale, clip, step (skipped on the device for a non-finite norm); returns the grad norm."""
+def update(
+    core: torch.nn.Module, optimizer, scaler, guard: StepGuard, grad_clip: float, loss: torch.Tensor
+) -> torch.Tensor:
+    """Unscale, clip, step (skipped on the device when the guard says so); returns the grad norm.
+    ``loss`` is the batch's mean loss, the same on every rank."""
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(core.parameters(), grad_clip or float("inf"))
     if isinstance(grad_norm, DTensor):  # FSDP: the norm over every rank's shards, on every rank
         grad_norm = grad_norm.full_tensor()
-    found_inf = guard.observe(grad_norm)
+    found_inf = guard.observe(grad_norm, loss)
     if not scaler.is_enabled():  # fp16: the scaler hands the optimizer its own found_inf
         optimizer.found_inf = found_inf
     scaler.step(optimizer)

@@ -29,7 +29,9 @@ class Progress:
     anneal_reason: str | None = None
     evals: list = field(default_factory=list)  # [{"step": 40, "heldout": {"loss": ...}, <source>: {...}}]
     best_loss: float | None = None
-    skips_total: int = 0
+    skips_total: int = 0  # updates skipped for a non-finite grad norm
+    spikes_total: int = 0  # updates skipped as loss spikes
+    loss_window: dict = field(default_factory=dict)  # the spike guard's recent losses (guard.StepGuard)
     world_sizes: list = field(default_factory=list)  # [[from step, processes], ...] over the run's life
 
     @classmethod

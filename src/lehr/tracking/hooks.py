@@ -8,7 +8,9 @@ MLflow only when a pipeline starts, so other `kedro` commands stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import logging
 import os
@@ -66,7 +68,9 @@ class MlflowTracking:
     def before_pipeline_run(self, run_params: dict, pipeline, catalog) -> None:
         if not self._settings.get("enabled", True) or os.environ.get("LEHR_MLFLOW", "1") == "0":
             return
-        uri = os.environ.get("MLFLOW_TRACKING_URI", self._settings.get("tracking_uri", "sqlite:///mlflow.db"))
+        uri = project_store(
+            os.environ.get("MLFLOW_TRACKING_URI", self._settings.get("tracking_uri", "sqlite:///mlflow.db"))
+        )
         try:
             reason = unreachable(uri)
             if reason is None:
@@ -92,7 +96,8 @@ class MlflowTracking:
         from lehr.tracking import provenance
 
         mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(self._settings.get("experiment", "lehr"))
+        with first_use(uri):  # two experiments of `dvc queue start -j 2` may open a new store at once
+            mlflow.set_experiment(self._settings.get("experiment", "lehr"))
         names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         stage = ",".join(names)
         # One dvc repro / dvc exp run spawns one process per stage; the experiment name (DVC sets it
@@ -178,6 +183,34 @@ class MlflowTracking:
             except Exception:
                 pass
         self._run = None
+
+
+def project_store(uri: str) -> str:
+    """A local store named relative to the project, made absolute. A queued `dvc exp run` runs in
+    a temporary copy of the project that DVC deletes afterwards; DVC_ROOT names the project itself
+    there, so the experiment's runs land in the project's store beside every other run."""
+    root = Path(os.environ.get("DVC_ROOT", "."))
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return f"sqlite:///{(root / uri.removeprefix('sqlite:///')).resolve()}"
+    if "://" not in uri and not uri.startswith("file:") and not Path(uri).is_absolute():
+        return str((root / uri).resolve())
+    return uri
+
+
+@contextlib.contextmanager
+def first_use(uri: str):
+    """Held while a process opens a SQLite store: the first to open a new one creates its tables,
+    and a second one doing the same at that moment would fail."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    lock = Path(uri.removeprefix("sqlite:///") + ".lock")
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def unreachable(uri: str, timeout: float = 5.0) -> str | None:

@@ -1,0 +1,142 @@
+"""The optimizers, and the one thing lehr asks of them: a step that skips itself on the device.
+
+* ``adamw``: fused AdamW on every parameter (decay on matrices only).
+* ``muon``: Muon (momentum, then Newton-Schulz orthogonalisation of the update) on the hidden
+  matrices, the attention and MLP projections; AdamW on the embeddings, the output head and the
+  norm gains, which Muon is not made for. Each group keeps its own LR and weight decay.
+
+The non-finite guard and loss-spike skipping decide on the device (``guard.py``) and hand the
+optimizer ``found_inf``; fused AdamW honours it inside its kernel. ``torch.optim.Muon`` has no
+such input, so ``MuonAdamW`` applies Muon's step (torch's own orthogonalisation and LR scaling)
+with every change to a parameter or its momentum selected on ``found_inf``: a skipped step
+leaves both untouched, a taken one is torch's step bit for bit, and no host sync decides it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import adamw
+from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz
+
+OPTIMIZERS = ("adamw", "muon")
+# Newton-Schulz quintic coefficients and steps of torch.optim.Muon (Keller Jordan's).
+NS_COEFFICIENTS, NS_STEPS, NS_EPS = (3.4445, -4.775, 2.0315), 5, 1e-7
+
+
+def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
+    """A 2-D weight inside a block (attention or MLP projection): Muon's share."""
+    return p.dim() == 2 and name.startswith("blocks.")
+
+
+def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
+    """The optimizer ``cfg.optimizer`` names, over the model's trainable parameters."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    # Decay matrices only: norm gains are not capacity, and decaying them distorts normalisation.
+    matrices = [
+        p for n, p in named if p.dim() >= 2 and not (cfg.optimizer == "muon" and is_hidden_matrix(n, p))
+    ]
+    gains = [p for _, p in named if p.dim() < 2]
+    adam_groups = [
+        {"params": matrices, "weight_decay": cfg.weight_decay},
+        {"params": gains, "weight_decay": 0.0},
+    ]
+    if cfg.optimizer == "adamw":
+        # Fused on every device: one kernel per step, and it honours ``found_inf`` (see guard.py).
+        return torch.optim.AdamW(adam_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
+    hidden = [p for n, p in named if is_hidden_matrix(n, p)]
+    muon_group = {
+        "params": hidden,
+        "algorithm": "muon",
+        "lr": cfg.muon_lr,
+        "weight_decay": cfg.muon_weight_decay,
+        "lr_scale": cfg.muon_lr / cfg.lr,  # the schedule's LR times this (``set_lr``)
+    }
+    return MuonAdamW(
+        [muon_group, *({**g, "algorithm": "adamw"} for g in adam_groups)],
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        momentum=cfg.muon_momentum,
+    )
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The schedule's LR for this step, scaled per group (Muon's peak is its own)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon on the groups marked ``algorithm: muon``, fused AdamW on the others, in one optimizer:
+    one state dict (keyed by parameter name in checkpoints, like AdamW's), one ``found_inf``."""
+
+    # GradScaler hands a fp16 run's found_inf and scale to the step, as it does to fused AdamW.
+    _step_supports_amp_scaling = True
+
+    def __init__(self, groups: list[dict], *, lr: float, betas: tuple[float, float], momentum: float):
+        defaults = {"lr": lr, "betas": betas, "eps": 1e-8, "momentum": momentum, "lr_scale": 1.0}
+        super().__init__(groups, defaults)
+        for group in self.param_groups:
+            if group["algorithm"] == "muon" and any(p.dim() != 2 for p in group["params"]):
+                raise ValueError("Muon takes 2-D matrices only")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        found_inf = getattr(self, "found_inf", None)
+        grad_scale = getattr(self, "grad_scale", None)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["algorithm"] == "muon":
+                self._muon(group, params, found_inf, grad_scale)
+            else:
+                self._adamw(group, params, found_inf, grad_scale)
+
+    def _adamw(self, group: dict, params: list, found_inf, grad_scale) -> None:
+        states = [self.state[p] for p in params]
+        for p, s in zip(params, states):
+            if not s:
+                s["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                s["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        beta1, beta2 = group["betas"]
+        adamw.adamw(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            [s["step"] for s in states],
+            fused=True,
+            grad_scale=grad_scale,
+            found_inf=found_inf,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+        )
+
+    def _muon(self, group: dict, params: list, found_inf, grad_scale) -> None:
+        lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+        # On a skipped step (found_inf = 1) every factor below is the identity; otherwise each is
+        # the very scalar torch.optim.Muon uses, so the two step alike bit for bit.
+        take = None if found_inf is None else found_inf == 0  # False on a skipped step
+        for p in params:
+            grad = p.grad if grad_scale is None else p.grad / grad_scale
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+            buf = state["momentum_buffer"]
+            if take is None:
+                buf.lerp_(grad, 1 - momentum)
+            else:  # a non-finite gradient must not reach the momentum, even times 0
+                grad = torch.where(take, grad, torch.zeros_like(grad))
+                buf.copy_(torch.where(take, buf.lerp(grad, 1 - momentum), buf))
+            update = _zeropower_via_newtonschulz(grad.lerp(buf, momentum), NS_COEFFICIENTS, NS_STEPS, NS_EPS)
+            if take is not None:
+                update = torch.where(take, update, torch.zeros_like(update))
+            p.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
+            p.add_(update, alpha=-_adjust_lr(lr, None, p.shape))  # Keller's sqrt(max(1, rows / cols))
