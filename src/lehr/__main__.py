@@ -3,7 +3,7 @@
 python -m lehr corpus --out DIR         lay out the bundled corpus in a new folder
 python -m lehr branches [--root DIR]    list the anneal branches side by side (default: the catalog's)
 python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
-python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers Llama
+python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers model
 python -m lehr eval CHECKPOINT --task F.jsonl  score a checkpoint or export on a task file
 python -m lehr generate CHECKPOINT --prompt P  sample text, streamed
 python -m lehr lm-eval CHECKPOINT --tasks T,U  lm-evaluation-harness tasks (the lm-eval extra)
@@ -105,10 +105,10 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from lehr.engine.export import export_hf_llama, export_plain
+    from lehr.engine.export import export_hf, export_plain
 
     tokenizer = Path(args.tokenizer) if args.tokenizer else None
-    out = (export_hf_llama if args.hf else export_plain)(Path(args.checkpoint), Path(args.out), tokenizer)
+    out = (export_hf if args.hf else export_plain)(Path(args.checkpoint), Path(args.out), tokenizer)
     print(
         f"exported {args.checkpoint} to {out}"
         + (" (load it with transformers' from_pretrained)" if args.hf else "")
@@ -299,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("out")
     p.add_argument(
-        "--hf", action="store_true", help="a Hugging Face LlamaForCausalLM folder (needs transformers)"
+        "--hf",
+        action="store_true",
+        help="a Hugging Face folder: LlamaForCausalLM, or Qwen3ForCausalLM with qk_norm (needs transformers)",
     )
     p.add_argument(
         "--tokenizer",

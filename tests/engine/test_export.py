@@ -1,9 +1,10 @@
-"""Export: plain safetensors + config, and a transformers Llama that gives the same logits."""
+"""Export: plain safetensors + config, and a transformers Llama (Qwen3 with QK-norm) that gives the same logits."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -52,16 +53,22 @@ def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(
     ).read_bytes()
 
 
-def test_a_grouped_query_model_exports_to_the_same_llama_logits(tiny_config, smoke_shards, tmp_path):
+@pytest.mark.parametrize(
+    "shape, architecture",
+    [({"n_kv_head": 1}, "LlamaForCausalLM"), ({"n_kv_head": 1, "qk_norm": True}, "Qwen3ForCausalLM")],
+)
+def test_grouped_query_and_qk_norm_models_export_to_the_same_logits(
+    tiny_config, smoke_shards, tmp_path, shape, architecture
+):
     from transformers import AutoModelForCausalLM
 
     from lehr.engine.model import preset
 
-    train(tiny_config(total_steps=5, model=preset("tiny", 512, n_kv_head=1)))
+    train(tiny_config(total_steps=5, model=preset("tiny", 512, **shape)))
     ckpt = tmp_path / "run" / "final"
     assert main(["export", str(ckpt), str(tmp_path / "hf"), "--hf"]) == 0
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
-    assert hf.config.num_key_value_heads == 1
+    assert type(hf).__name__ == architecture and hf.config.num_key_value_heads == 1
     ids = torch.randint(0, 512, (2, 32))
     with torch.no_grad():
         torch.testing.assert_close(

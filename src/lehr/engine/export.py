@@ -1,6 +1,7 @@
 """Export a checkpoint for use outside lehr: plain safetensors + config JSON, or a Hugging Face
-``LlamaForCausalLM`` folder (the architecture is Llama's when ``qk_norm`` is off); and load either
-back for scoring and sampling."""
+folder that ``AutoModelForCausalLM`` loads: ``LlamaForCausalLM`` when ``qk_norm`` is off, else
+``Qwen3ForCausalLM`` (Llama's layout plus an RMSNorm on each head's queries and keys before RoPE,
+which is lehr's QK-norm); and load either back for scoring and sampling."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
     shutil.copy2(tokenizer, out / "tokenizer.json")
 
 
-def llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     names = {
         "embed.weight": "model.embed_tokens.weight",
         "norm.weight": "model.norm.weight",
@@ -109,6 +110,8 @@ def llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         "attn.k_proj": "self_attn.k_proj",
         "attn.v_proj": "self_attn.v_proj",
         "attn.o_proj": "self_attn.o_proj",
+        "attn.q_norm": "self_attn.q_norm",
+        "attn.k_norm": "self_attn.k_norm",
         "mlp.gate_proj": "mlp.gate_proj",
         "mlp.up_proj": "mlp.up_proj",
         "mlp.down_proj": "mlp.down_proj",
@@ -124,10 +127,11 @@ def llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
-def llama_config(cfg: ModelConfig):
-    from transformers import LlamaConfig
+def hf_config(cfg: ModelConfig):
+    """The transformers config of the same architecture: Llama's, or Qwen3's when QK-norm is on."""
+    from transformers import LlamaConfig, Qwen3Config
 
-    return LlamaConfig(
+    shape = dict(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         intermediate_size=cfg.d_ff,
@@ -141,11 +145,13 @@ def llama_config(cfg: ModelConfig):
         tie_word_embeddings=cfg.tie_embeddings,
         hidden_act="silu",
         attention_bias=False,
-        mlp_bias=False,
     )
+    if cfg.qk_norm:
+        return Qwen3Config(**shape, use_sliding_window=False)
+    return LlamaConfig(**shape, mlp_bias=False)
 
 
-def export_hf_llama(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
+def export_hf(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
     """A folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads."""
     check_target(checkpoint, out)
     tokenizer = checked_tokenizer(checkpoint, tokenizer)
@@ -153,22 +159,22 @@ def export_hf_llama(checkpoint: Path, out: Path, tokenizer: Path | None = None) 
 
 
 def _write_hf(checkpoint: Path, out: Path, tokenizer: Path) -> None:
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     model = load_model(checkpoint, torch.device("cpu"))
-    if model.cfg.qk_norm:
-        raise ValueError("a model with qk_norm has no Llama equivalent; export it with the plain format")
-    hf = LlamaForCausalLM(llama_config(model.cfg))
-    missing, unexpected = hf.load_state_dict(llama_state_dict(model), strict=False)
+    hf = AutoModelForCausalLM.from_config(hf_config(model.cfg))
+    missing, unexpected = hf.load_state_dict(hf_state_dict(model), strict=False)
     unexpected = [k for k in unexpected if not k.endswith("rotary_emb.inv_freq")]
     missing = [k for k in missing if not (model.cfg.tie_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
-        raise RuntimeError(f"Llama mapping incomplete: missing {missing}, unexpected {unexpected}")
+        raise RuntimeError(
+            f"{type(hf).__name__} mapping incomplete: missing {missing}, unexpected {unexpected}"
+        )
     hf.save_pretrained(out)
     PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>").save_pretrained(out)
 
 
-class ExportedLlama(torch.nn.Module):
+class ExportedHF(torch.nn.Module):
     """A transformers causal LM (an ``--hf`` export) behind lehr's model interface, ``model(ids)
     -> (logits, None)`` with ``cfg.seq_len`` and ``cfg.vocab_size``, so the task scorer and
     ``generate`` take it as they take a checkpoint."""
@@ -192,7 +198,7 @@ def load_export(folder: Path, device: torch.device) -> torch.nn.Module:
     if "model_type" in config:
         from transformers import AutoModelForCausalLM
 
-        return ExportedLlama(AutoModelForCausalLM.from_pretrained(folder)).to(device).eval()
+        return ExportedHF(AutoModelForCausalLM.from_pretrained(folder)).to(device).eval()
     model = Transformer(ModelConfig(**config))
     load_weights(folder, model)
     return model.to(device).eval()
