@@ -37,6 +37,8 @@ ROWS = {
     "r-plus-spike": ("+ spike skipping, 4 sigma over 64 steps", [*RECIPE, "pretrain.spike_sigma=4"]),
     "r-qk-muon02": ("QK-norm with muon_lr 0.02", [*RECIPE, "pretrain.muon_lr=0.02"]),
     "r-plus-decay280": ("+ a 280-step anneal from step 490", [*RECIPE, *LONG_DECAY]),
+    # 60% of the budget: stable to 378 (90% of 420), a 84-step anneal, 462 steps in all.
+    "r-recipe-60pct": ("the recipe on 60% of the tokens (462 steps)", [*RECIPE, "pretrain.total_steps=420"]),
 }
 REPORTS = "data/08_reporting"
 
