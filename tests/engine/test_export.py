@@ -1,4 +1,5 @@
-"""Export: plain safetensors + config, and a transformers Llama (Qwen3 with QK-norm) that gives the same logits."""
+"""Export: plain safetensors + config, and a transformers model (Llama; Qwen3 with QK-norm) with
+the same logits."""
 
 from __future__ import annotations
 

@@ -19,9 +19,10 @@ def test_a_non_finite_step_is_skipped_and_counted(tiny_config, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "7")
     summary = train(tiny_config(total_steps=12))
     assert summary["skips_total"] == 1 and summary["step"] == 12
-    # The skipped update left AdamW's own step counter (and so its bias correction) behind by one.
+    # The skipped update left AdamW's own step counter (and so its bias correction) behind by one;
+    # the Muon groups' momentum is checked step by step in test_optim.
     opt = load_optimizer(Path(summary["final"]), torch.device("cpu"))["optimizer"]
-    assert {float(s["step"]) for s in opt["state"].values()} == {11.0}
+    assert {float(s["step"]) for s in opt["state"].values() if "step" in s} == {11.0}
     weights = load_file(Path(summary["final"]) / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in weights.values())
 

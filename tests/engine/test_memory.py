@@ -19,11 +19,11 @@ def test_the_estimate_counts_the_parameters_a_model_has(name):
 
 def test_fsdp_divides_the_states_and_checkpointing_the_activations():
     cfg = preset("llama-1b", 32000)
-    ddp = estimate(cfg, Setup(8, 8, "ddp", "bf16", "none"))
-    fsdp = estimate(cfg, Setup(8, 8, "fsdp", "bf16", "none"))
+    ddp = estimate(cfg, Setup(8, 8, "ddp", "bf16", "none", "adamw"))
+    fsdp = estimate(cfg, Setup(8, 8, "fsdp", "bf16", "none", "adamw"))
     assert fsdp.optimizer == pytest.approx(ddp.optimizer / 8)
     assert fsdp.activations == ddp.activations
-    ac = estimate(cfg, Setup(8, 8, "fsdp", "bf16", "blocks"))
+    ac = estimate(cfg, Setup(8, 8, "fsdp", "bf16", "blocks", "adamw"))
     assert ac.activations < ddp.activations / 2 and ac.optimizer == fsdp.optimizer
     assert (
         0.95e9 < parameter_count(cfg) < 1.3e9
@@ -34,13 +34,13 @@ def test_fsdp_divides_the_states_and_checkpointing_the_activations():
 def test_a_run_that_cannot_fit_is_refused_naming_what_would():
     cfg = preset("llama-1b", 32000)
     with pytest.raises(MemoryError) as e:
-        check_fits(cfg, Setup(16, 8, "ddp", "bf16", "none"), 24 * GIB)
+        check_fits(cfg, Setup(16, 8, "ddp", "bf16", "none", "adamw"), 24 * GIB)
     message = str(e.value)
     assert "more than 90% of the GPU's 24 GiB" in message
     assert "pretrain.parallel: fsdp" in message and "pretrain.activation_checkpointing: blocks" in message
     assert "both: " in message and "(fits)" in message
-    assert check_fits(cfg, Setup(16, 8, "fsdp", "bf16", "blocks"), 24 * GIB).total < 0.9 * 24 * GIB
-    assert check_fits(cfg, Setup(16, 1, "ddp", "bf16", "none"), None).total > 0  # CPU: reported only
+    assert check_fits(cfg, Setup(16, 8, "fsdp", "bf16", "blocks", "adamw"), 24 * GIB).total < 0.9 * 24 * GIB
+    assert check_fits(cfg, Setup(16, 1, "ddp", "bf16", "none", "adamw"), None).total > 0  # CPU: reported only
 
 
 def test_grouped_query_attention_shares_key_value_heads():
@@ -60,3 +60,16 @@ def test_an_unknown_parallel_kind_or_fsdp_with_fp8_is_refused(tiny_config):
         tiny_config(parallel="zero3")
     with pytest.raises(ConfigError, match="precision = 'fp8' is not supported with parallel: fsdp"):
         tiny_config(parallel="fsdp", precision="fp8")
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_optimizer_state_estimate_is_what_the_optimizer_keeps(tiny_config, optimizer):
+    from lehr.engine import optim
+
+    cfg = tiny_config(optimizer=optimizer, model=preset("tiny", 512, qk_norm=True))
+    model = Transformer(cfg.model)
+    opt = optim.build(model, cfg)
+    model(torch.randint(0, 512, (2, 16)))[0].sum().backward()
+    opt.step()
+    kept = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if t.dim() > 0)
+    assert kept == estimate(cfg.model, Setup(4, 1, "ddp", "fp32", "none", optimizer)).optimizer

@@ -18,7 +18,7 @@ from lehr.engine.model import Transformer, preset
 from lehr.engine.step import FAULT_ENV
 from tests.engine.test_resume import assert_same_final, train_curve
 
-MUON = dict(optimizer="muon", muon_lr=0.02)
+MUON = dict(optimizer="muon", muon_lr=0.02, lr=3e-3)
 
 
 def _muon_model(tiny_config):
@@ -38,13 +38,13 @@ def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config):
     named = list(theirs_model.named_parameters())
     hidden = [p for n, p in named if optim.is_hidden_matrix(n, p)]
     assert len(hidden) == 7 * 2  # q, k, v, o and three MLP matrices per block
-    muon = torch.optim.Muon(hidden, lr=0.02, weight_decay=0.0, momentum=0.95)
+    muon = torch.optim.Muon(hidden, lr=MUON["muon_lr"], weight_decay=0.0, momentum=0.95)
     adamw = torch.optim.AdamW(
         [
             {"params": [p for n, p in named if p.dim() == 2 and not optim.is_hidden_matrix(n, p)]},
             {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
         ],
-        lr=3e-3,
+        lr=MUON["lr"],
         betas=(0.9, 0.95),
         weight_decay=0.1,
         fused=True,
@@ -106,7 +106,7 @@ def test_a_non_finite_step_is_skipped_under_muon(tiny_config, monkeypatch):
 
 
 def test_resume_with_the_other_optimizer_is_refused_and_a_fresh_branch_may_switch(tiny_config, tmp_path):
-    train(tiny_config(end_step=10))
+    train(tiny_config(end_step=10, **{**MUON, "optimizer": "adamw"}))
     with pytest.raises(CheckpointError, match=r"another configuration \(muon_lr, muon_momentum.*optimizer"):
         train(tiny_config(**MUON))
     start = str(tmp_path / "run" / "checkpoints" / "step_00000010")

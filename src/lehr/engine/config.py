@@ -30,8 +30,8 @@ class ScheduleConfig(Part):
     """The learning rate over the steps: warmup, then WSD's stable phase or a cosine."""
 
     schedule: Literal["wsd", "cosine"] = "wsd"  # cosine = the baseline: one warmup + cosine over total_steps
-    lr: float = 3e-3  # peak learning rate
-    min_lr: float = 3e-4  # floor of the cosine; WSD decays to the anneal's own min_lr
+    lr: float = 6e-3  # peak learning rate (with muon: of the AdamW groups)
+    min_lr: float = 6e-4  # floor of the cosine; WSD decays to the anneal's own min_lr
     warmup_steps: int = 40
     total_steps: int = 700  # nominal budget in optimizer steps, stable + anneal
     RESUMABLE: ClassVar[frozenset] = frozenset({"total_steps"})
@@ -47,7 +47,7 @@ class OptimizerConfig(Part):
     """The objective and the update: AdamW, or Muon on the hidden matrices with AdamW on the rest
     (``optim``); global-norm clipping; an optional z-loss on the logits."""
 
-    optimizer: Literal[OPTIMIZERS] = "adamw"
+    optimizer: Literal[OPTIMIZERS] = "muon"
     weight_decay: float = 0.1  # AdamW's matrices only (with muon: embeddings and head)
     beta1: float = 0.9
     beta2: float = 0.95

@@ -67,7 +67,12 @@ class Run:
         self.memory = memory.check_fits(
             cfg.model,
             memory.Setup(
-                cfg.micro_batch, d.world, cfg.parallel, self.hw.precision, cfg.activation_checkpointing
+                cfg.micro_batch,
+                d.world,
+                cfg.parallel,
+                self.hw.precision,
+                cfg.activation_checkpointing,
+                cfg.optimizer,
             ),
             torch.cuda.get_device_properties(self.hw.device).total_memory
             if self.hw.device.type == "cuda"

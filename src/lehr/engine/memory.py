@@ -39,13 +39,16 @@ class Estimate:
         )
 
 
-def parameter_count(cfg: ModelConfig) -> int:
+def hidden_matrix_count(cfg: ModelConfig) -> int:
+    """Parameters in the attention and MLP projections (Muon's share with ``optimizer: muon``)."""
     kv = cfg.kv_heads * cfg.head_dim
-    block = (
-        2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff + 2 * cfg.d_model
-    )
+    return cfg.n_layer * (2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff)
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    gains = 2 * cfg.d_model + (2 * cfg.head_dim if cfg.qk_norm else 0)
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
-    return cfg.n_layer * block + cfg.vocab_size * cfg.d_model + head + cfg.d_model
+    return hidden_matrix_count(cfg) + cfg.n_layer * gains + cfg.vocab_size * cfg.d_model + head + cfg.d_model
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Setup:
     parallel: str  # ddp | fsdp
     precision: str  # the resolved one: bf16, fp16, fp8 or fp32
     activation_checkpointing: str  # none | blocks
+    optimizer: str  # adamw (two fp32 moments per parameter) | muon (one on the hidden matrices)
 
 
 def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
@@ -80,7 +84,7 @@ def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
     return Estimate(
         parameters=4 * n / shards + gathered / 2,
         gradients=4 * n / shards + gathered / 2,
-        optimizer=8 * n / shards,
+        optimizer=(8 * n - (4 * hidden_matrix_count(cfg) if setup.optimizer == "muon" else 0)) / shards,
         activations=blocks + logits,
     )
 
