@@ -18,14 +18,23 @@ def _weights(run_dir):
     return load_file(run_dir / "final" / "model.safetensors")
 
 
-def test_two_gloo_workers_match_one_process(tiny_config, tmp_path):
-    base = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=8)
+# Muon orthogonalises in bf16 (torch's Newton-Schulz), which turns the last-bit differences of a
+# reduction done in another order into bf16 roundings of the update: DDP matches one process to
+# that rounding, where AdamW's fp32 update matches to 1e-5.
+# The first figure bounds the weights, the second the logged losses.
+TOLERANCE = {"adamw": (1e-5, 1e-4), "muon": (2e-2, 1e-3)}
+
+
+@pytest.mark.parametrize("optimizer", sorted(TOLERANCE))
+def test_two_gloo_workers_match_one_process(tiny_config, tmp_path, optimizer):
+    base = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=8, optimizer=optimizer)
     one = run(tiny_config(out_dir=str(tmp_path / "one"), **base), Launch(nproc_per_node=1))
     two = run(tiny_config(out_dir=str(tmp_path / "two"), **base), Launch(nproc_per_node=2))
     assert one["step"] == two["step"] == 16
     a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    weights, loss = TOLERANCE[optimizer]
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4 if optimizer == "adamw" else 0.0, atol=weights)
     # The logged loss is the whole batch's under DDP too (the mean over ranks), not rank 0's share.
     losses = [
         [
@@ -37,7 +46,7 @@ def test_two_gloo_workers_match_one_process(tiny_config, tmp_path):
     ]
     assert [s for s, _ in losses[0]] == [s for s, _ in losses[1]]
     for (_, x), (_, y) in zip(*losses):
-        assert abs(x - y) < 1e-4, losses
+        assert abs(x - y) < loss, losses
     # Every rank's RNG state is in the checkpoint.
     assert (tmp_path / "two" / "final" / "rng_rank1.pt").is_file()
 
