@@ -20,27 +20,26 @@ import subprocess
 import sys
 
 FILES = {"pretrain": "conf/base/parameters_pretrain_stable.yml", "anneal": "conf/base/parameters_anneal.yml"}
-QK = "++pretrain.model.overrides.qk_norm"  # Hydra's ++ adds the key or sets it
-ADAMW = ["pretrain.optimizer=adamw", "pretrain.lr=0.003", f"{QK}=false"]
-MUON = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.02", "pretrain.lr=0.003", f"{QK}=false"]
-TUNED = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.01", "pretrain.lr=0.006", f"{QK}=false"]
-TUNED_QK = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.01", "pretrain.lr=0.006", f"{QK}=true"]
-RECIPE = [
-    "pretrain.optimizer=muon",
-    "pretrain.muon_lr=0.02",
-    "pretrain.lr=0.006",
-    f"{QK}=true",
-]  # the default
+MODEL = "++pretrain.model.overrides"  # Hydra's ++ adds the key or sets it
+QK = f"{MODEL}.qk_norm"
+# The rows up to r-recipe-60pct ran in fp32: lehr's CPU default before bf16 autocast.
+FP32 = "pretrain.precision=fp32"
+ADAMW = ["pretrain.optimizer=adamw", "pretrain.lr=0.003", f"{QK}=false", FP32]
+MUON = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.02", "pretrain.lr=0.003", f"{QK}=false", FP32]
+TUNED = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.01", "pretrain.lr=0.006", f"{QK}=false", FP32]
+TUNED_QK = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.01", "pretrain.lr=0.006", f"{QK}=true", FP32]
+RECIPE = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.02", "pretrain.lr=0.006", f"{QK}=true", FP32]
+BF16 = [*RECIPE[:-1], "pretrain.precision=bf16"]
 # A 280-step decay from step 490 instead of 140 from 630: the same 770 steps.
 LONG_DECAY = ["pretrain.auto_anneal.max_fraction=0.7", "anneal.decay_steps=280"]
-# name -> (what it changes, its settings), in the order they were tried: each of the last three
-# was tried on the best combination at the time (muon_lr 0.01).
+# name -> (what it changes, its settings), in the order they were tried: each of r-plus-* was
+# tried on the best combination at the time (muon_lr 0.01).
 ROWS = {
     "r-baseline": ("AdamW, lr 0.003 (the recipe before)", ADAMW),
     "r-muon": ("+ Muon on the hidden matrices, muon_lr 0.02", MUON),
     "r-muon-tuned": ("+ muon_lr 0.01, AdamW lr 0.006", TUNED),
     "r-muon-tuned-qk": ("+ QK-norm", TUNED_QK),
-    "r-qk-muon02": ("+ muon_lr 0.02 again: **the new default**", RECIPE),
+    "r-qk-muon02": ("+ muon_lr 0.02 again", RECIPE),
     "r-plus-zloss": ("QK-norm, muon_lr 0.01, + z-loss 1e-4", [*TUNED_QK, "pretrain.z_loss=0.0001"]),
     "r-plus-spike": (
         "QK-norm, muon_lr 0.01, + spike skipping (4 sigma, 64 steps)",
@@ -49,9 +48,21 @@ ROWS = {
     "r-plus-decay280": ("QK-norm, muon_lr 0.01, + a 280-step anneal from step 490", [*TUNED_QK, *LONG_DECAY]),
     # 60% of the budget: stable to 378 (90% of 420), a 84-step anneal, 462 steps in all.
     "r-recipe-60pct": (
-        "the new default on 60% of the tokens (462 steps)",
+        "r-qk-muon02 on 60% of the tokens (462 steps)",
         [*RECIPE, "pretrain.total_steps=420"],
     ),
+    "r-bf16": ("r-qk-muon02 in bf16 autocast (AVX512-BF16), Newton-Schulz batched by shape", BF16),
+    # The same 4,096 tokens a step, as 16 sequences of 256; micro-batches of the same 2,048 tokens.
+    "r-ctx256": (
+        "r-bf16 with a 256-token context",
+        [*BF16, f"{MODEL}.seq_len=256", "pretrain.batch_size=16", "pretrain.micro_batch=8"],
+    ),
+    # ~2.5M parameters like cpu-demo's 2.56M: six blocks of width 160 instead of four of 192.
+    "r-deep6": (
+        "r-bf16, six blocks of width 160 (d_ff 432)",
+        [*BF16, f"{MODEL}.n_layer=6", f"{MODEL}.d_model=160", f"{MODEL}.d_ff=432"],
+    ),
+    "r-lr012": ("r-bf16 with AdamW lr 0.012 (embeddings, head, gains)", [*BF16, "pretrain.lr=0.012"]),
 }
 REPORTS = "data/08_reporting"
 

@@ -42,10 +42,12 @@ def train_curve(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in rows if r["kind"] == "train" and r["step"] % 5 == 0]
 
 
-def test_in_process_stop_and_resume_is_exact(tiny_config, tmp_path):
-    straight = train(tiny_config(out_dir=str(tmp_path / "a"), anneal_start=20, anneal_steps=20))
-    train(tiny_config(out_dir=str(tmp_path / "b"), anneal_start=20, anneal_steps=20, end_step=17))
-    resumed = train(tiny_config(out_dir=str(tmp_path / "b"), anneal_start=20, anneal_steps=20))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])  # bf16: the default on CPUs that have it
+def test_in_process_stop_and_resume_is_exact(tiny_config, tmp_path, precision):
+    run = dict(anneal_start=20, anneal_steps=20, precision=precision)
+    straight = train(tiny_config(out_dir=str(tmp_path / "a"), **run))
+    train(tiny_config(out_dir=str(tmp_path / "b"), end_step=17, **run))
+    resumed = train(tiny_config(out_dir=str(tmp_path / "b"), **run))
     assert resumed["mode"] == "resume" and resumed["resumed_from"].endswith("step_00000017")
     assert straight["step"] == resumed["step"] == 40
     assert_same_final(tmp_path / "a", tmp_path / "b")

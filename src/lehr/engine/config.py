@@ -96,11 +96,11 @@ class DataConfig(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class HardwareConfig(Part):
-    """Where and in what precision the math runs; none of it changes what a step computes."""
+    """Where and in what precision the math runs; none of it changes what a step computes beyond
+    the rounding of its products."""
 
-    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = (
-        "auto"  # auto: bf16 / fp16 on GPUs, fp32 on CPU
-    )
+    # auto: bf16 (fp16 on GPUs without it); on a CPU bf16 where it has bf16 instructions, else fp32
+    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = "auto"
     compile: bool = False  # torch.compile the training step
     attention: Literal[("auto", *ATTENTION)] = "auto"  # SDPA kernel; auto = PyTorch picks (same math)
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -59,6 +59,12 @@ class Hardware:
         return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX). There, bf16 autocast
+    trains cpu-demo ~1.4x faster than fp32 (docs/benchmarks.md); elsewhere it is emulated, slower."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
 def resolve(
     device: str, precision: str, peak_tflops: float | None, local_rank: int = 0, attention: str = "auto"
 ) -> Hardware:
@@ -84,9 +90,14 @@ def resolve(
             peak_tflops = next((v for k, v in peaks.items() if k in name), None)
     else:
         dev, name = torch.device("cpu"), "cpu"
-        # CPU autocast to bf16 is slower than fp32 on most CPUs without AMX, so auto means fp32.
         if precision == "auto":
-            precision = "fp32"
+            precision = "bf16" if cpu_has_bf16() else "fp32"
+        elif precision == "bf16" and not cpu_has_bf16():
+            warnings.warn(
+                "precision bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX) is emulated "
+                "and slower than fp32; pretrain.precision: auto picks fp32 here",
+                stacklevel=2,
+            )
         if precision == "fp16":
             raise ValueError("precision fp16 needs a GPU; use fp32 or bf16 on CPU")
     hw = Hardware(dev, precision, peak_tflops, name, attention)
