@@ -55,6 +55,7 @@ test: setup
 bench: setup
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/train_loop.py
+	$(BIN)/python bench/newton_schulz.py
 
 # MLflow's UI on this machine only; job execution off keeps it to two processes.
 mlflow-ui: setup

@@ -5,7 +5,7 @@ on the default run (same data, tokens and seed), as DVC experiments; then their 
     dvc queue start -j 1                  # one at a time: wall time and tok/s stay comparable
     python bench/ablation.py table        # the markdown table of docs/recipe.md, from the exp refs
 
-Each row sets every key it differs in from the AdamW recipe explicitly, so the rows mean the same
+Each row sets every key that any row changes explicitly (BASE below), so the rows mean the same
 whatever the shipped default is. The table reads each experiment's committed reports
 (data/08_reporting) from its git ref, so it needs no workspace checkout.
 """
@@ -21,48 +21,81 @@ import sys
 
 FILES = {"pretrain": "conf/base/parameters_pretrain_stable.yml", "anneal": "conf/base/parameters_anneal.yml"}
 MODEL = "++pretrain.model.overrides"  # Hydra's ++ adds the key or sets it
-QK = f"{MODEL}.qk_norm"
-# The rows up to r-recipe-60pct ran in fp32: lehr's CPU default before bf16 autocast.
-FP32 = "pretrain.precision=fp32"
-ADAMW = ["pretrain.optimizer=adamw", "pretrain.lr=0.003", f"{QK}=false", FP32]
-MUON = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.02", "pretrain.lr=0.003", f"{QK}=false", FP32]
-TUNED = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.01", "pretrain.lr=0.006", f"{QK}=false", FP32]
-TUNED_QK = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.01", "pretrain.lr=0.006", f"{QK}=true", FP32]
-RECIPE = ["pretrain.optimizer=muon", "pretrain.muon_lr=0.02", "pretrain.lr=0.006", f"{QK}=true", FP32]
-BF16 = [*RECIPE[:-1], "pretrain.precision=bf16"]
+# The AdamW recipe the ablation starts from, every key that any row changes pinned, so that each
+# row means the same whatever the shipped default is: cpu-demo as it was (four blocks of 192,
+# 128-token context, no QK-norm), 32 x 128 tokens a step, fp32 (lehr's CPU default then), and the
+# anneal moving to Wikipedia (gold) alone in its second half.
+BASE = {
+    "pretrain.optimizer": "adamw",
+    "pretrain.lr": 0.003,
+    "pretrain.muon_lr": 0.02,
+    "pretrain.precision": "fp32",
+    f"{MODEL}.qk_norm": "false",
+    f"{MODEL}.n_layer": 4,
+    f"{MODEL}.d_model": 192,
+    f"{MODEL}.d_ff": 512,
+    f"{MODEL}.seq_len": 128,
+    "pretrain.batch_size": 32,
+    "pretrain.micro_batch": 16,
+    "anneal.mix": "[[0.5,{gold:1.0,silver:0.25}],[1.0,{gold:1.0}]]",
+}
+MUON = {**BASE, "pretrain.optimizer": "muon"}
+TUNED = {**MUON, "pretrain.muon_lr": 0.01, "pretrain.lr": 0.006}
+TUNED_QK = {**TUNED, f"{MODEL}.qk_norm": "true"}
+RECIPE = {**TUNED_QK, "pretrain.muon_lr": 0.02}
+BF16 = {**RECIPE, "pretrain.precision": "bf16"}
+# The same 4,096 tokens a step, as 16 sequences of 256 (micro-batches of the same 2,048 tokens).
+CTX256 = {f"{MODEL}.seq_len": 256, "pretrain.batch_size": 16, "pretrain.micro_batch": 8}
+# ~2.57M parameters like the 2.56M of four blocks of 192: three of width 216 (4 heads of 54).
+WIDE3 = {f"{MODEL}.n_layer": 3, f"{MODEL}.d_model": 216, f"{MODEL}.d_ff": 576}
+# The anneal keeps the stable phase's even mix instead of moving to Wikipedia alone.
+EVEN = {"anneal.mix": "[[1.0,{gold:1.0,silver:1.0}]]"}
 # A 280-step decay from step 490 instead of 140 from 630: the same 770 steps.
-LONG_DECAY = ["pretrain.auto_anneal.max_fraction=0.7", "anneal.decay_steps=280"]
-# name -> (what it changes, its settings), in the order they were tried: each of r-plus-* was
-# tried on the best combination at the time (muon_lr 0.01).
+LONG_DECAY = {"pretrain.auto_anneal.max_fraction": 0.7, "anneal.decay_steps": 280}
+# name -> (what it changes, its settings), in the order they were tried; each r-plus-* on the best
+# combination at the time (muon_lr 0.01).
 ROWS = {
-    "r-baseline": ("AdamW, lr 0.003 (the recipe before)", ADAMW),
+    "r-baseline": ("AdamW, lr 0.003 (the recipe before)", BASE),
     "r-muon": ("+ Muon on the hidden matrices, muon_lr 0.02", MUON),
     "r-muon-tuned": ("+ muon_lr 0.01, AdamW lr 0.006", TUNED),
     "r-muon-tuned-qk": ("+ QK-norm", TUNED_QK),
     "r-qk-muon02": ("+ muon_lr 0.02 again", RECIPE),
-    "r-plus-zloss": ("QK-norm, muon_lr 0.01, + z-loss 1e-4", [*TUNED_QK, "pretrain.z_loss=0.0001"]),
+    "r-plus-zloss": ("QK-norm, muon_lr 0.01, + z-loss 1e-4", {**TUNED_QK, "pretrain.z_loss": 0.0001}),
     "r-plus-spike": (
         "QK-norm, muon_lr 0.01, + spike skipping (4 sigma, 64 steps)",
-        [*TUNED_QK, "pretrain.spike_sigma=4"],
+        {**TUNED_QK, "pretrain.spike_sigma": 4},
     ),
-    "r-plus-decay280": ("QK-norm, muon_lr 0.01, + a 280-step anneal from step 490", [*TUNED_QK, *LONG_DECAY]),
+    "r-plus-decay280": (
+        "QK-norm, muon_lr 0.01, + a 280-step anneal from step 490",
+        {**TUNED_QK, **LONG_DECAY},
+    ),
     # 60% of the budget: stable to 378 (90% of 420), a 84-step anneal, 462 steps in all.
     "r-recipe-60pct": (
         "r-qk-muon02 on 60% of the tokens (462 steps)",
-        [*RECIPE, "pretrain.total_steps=420"],
+        {**RECIPE, "pretrain.total_steps": 420},
     ),
     "r-bf16": ("r-qk-muon02 in bf16 autocast (AVX512-BF16), Newton-Schulz batched by shape", BF16),
-    # The same 4,096 tokens a step, as 16 sequences of 256; micro-batches of the same 2,048 tokens.
-    "r-ctx256": (
-        "r-bf16 with a 256-token context",
-        [*BF16, f"{MODEL}.seq_len=256", "pretrain.batch_size=16", "pretrain.micro_batch=8"],
+    "r-lr012": ("r-bf16 with AdamW lr 0.012 (embeddings, head, gains)", {**BF16, "pretrain.lr": 0.012}),
+    "r-ctx256": ("r-bf16 with a 256-token context (16 x 256 tokens a step)", {**BF16, **CTX256}),
+    "r-ctx512": (
+        "r-bf16 with a 512-token context (8 x 512 tokens a step)",
+        {**BF16, f"{MODEL}.seq_len": 512, "pretrain.batch_size": 8, "pretrain.micro_batch": 4},
     ),
-    # ~2.5M parameters like cpu-demo's 2.56M: six blocks of width 160 instead of four of 192.
     "r-deep6": (
         "r-bf16, six blocks of width 160 (d_ff 432)",
-        [*BF16, f"{MODEL}.n_layer=6", f"{MODEL}.d_model=160", f"{MODEL}.d_ff=432"],
+        {**BF16, f"{MODEL}.n_layer": 6, f"{MODEL}.d_model": 160, f"{MODEL}.d_ff": 432},
     ),
-    "r-lr012": ("r-bf16 with AdamW lr 0.012 (embeddings, head, gains)", [*BF16, "pretrain.lr=0.012"]),
+    "r-wide3": ("r-bf16, three blocks of width 216 (d_ff 576)", {**BF16, **WIDE3}),
+    "r-anneal-even": ("r-bf16, the anneal on the stable mix (gold 1, silver 1)", {**BF16, **EVEN}),
+    "r-wide3-ctx256": ("r-wide3 with a 256-token context", {**BF16, **WIDE3, **CTX256}),
+    "r-wide3-ctx256-even": (
+        "r-wide3-ctx256, the anneal on the stable mix",
+        {**BF16, **WIDE3, **CTX256, **EVEN},
+    ),
+    "r-wide3-ctx256-even280": (
+        "r-wide3-ctx256-even, a 280-step anneal from step 490",
+        {**BF16, **WIDE3, **CTX256, **EVEN, **LONG_DECAY},
+    ),
 }
 REPORTS = "data/08_reporting"
 
@@ -70,7 +103,8 @@ REPORTS = "data/08_reporting"
 def queue(names: list[str]) -> None:
     for name in names:
         # Each setting goes to the file of its top-level key (pretrain.* or anneal.*).
-        sets = [arg for s in ROWS[name][1] for arg in ("-S", f"{FILES[s.lstrip('+').split('.')[0]]}:{s}")]
+        settings = ROWS[name][1].items()
+        sets = [a for k, v in settings for a in ("-S", f"{FILES[k.lstrip('+').split('.')[0]]}:{k}={v}")]
         subprocess.run(["dvc", "exp", "run", "--queue", "-n", name, *sets], check=True)
 
 

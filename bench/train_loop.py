@@ -63,16 +63,19 @@ RECORDS: list[dict] = []
 
 
 def collector():
-    """Engine callback factory (passed as ``__main__:collector``): keeps every record."""
+    """Engine callback factory (passed by its module and name): keeps every record."""
     return RECORDS.extend
 
 
 def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
-    """tokens/s over the steps after warm-up, as the loop itself measures and logs them."""
+    """tokens/s over the steps after warm-up (the first log window), from the windows the loop
+    itself measures and logs: all their tokens over all their seconds."""
     RECORDS.clear()
-    train(cfg, ["__main__:collector"])
-    last = [r for r in RECORDS if r["kind"] == "train"][-1]
-    return last["tok_per_s"], last["mfu"], last["mem"]
+    train(cfg, [f"{__name__}:collector"])  # this module, run or imported
+    logged = [r for r in RECORDS if r["kind"] == "train"]
+    tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
+    seconds = sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
+    return sum(tokens) / seconds, logged[-1]["mfu"], logged[-1]["mem"]
 
 
 def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
@@ -141,8 +144,8 @@ def main() -> None:
     p.add_argument("--preset", default="cpu-demo")
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--seq-len", type=int, default=0)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--micro", type=int, default=16)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--micro", type=int, default=8)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)

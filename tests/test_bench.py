@@ -43,6 +43,18 @@ def test_train_loop_benchmark_runs_on_a_tiny_model():
     assert "ratio lehr/bare" in out and "checkpoint    save" in out
 
 
+def test_recipe_speed_benchmark_runs_both_recipes():
+    out = bench("bench/recipe_speed.py", "--vocab", "512", "--steps", "2", "--warmup", "2", "--rounds", "1")
+    assert "before" in out and "default" in out and "ratio default/before" in out
+
+
+def test_newton_schulz_benchmark_runs_on_a_tiny_model():
+    out = bench(
+        "bench/newton_schulz.py", "--preset", "tiny", "--vocab", "512", "--reps", "2", "--device", "cpu"
+    )
+    assert "14 hidden matrices" in out and "speed-up" in out
+
+
 def test_scale_benchmark_runs_the_real_stages_on_two_small_corpora():
     out = bench("bench/scale.py", "--sizes-mb", "2", "4")
     rows = [line.split()[2] for line in out.splitlines() if line.strip().split()[1:2] == ["MB"]]

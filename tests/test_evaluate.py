@@ -33,3 +33,44 @@ def test_an_early_stopped_branch_is_scored_by_its_best_weights(tmp_path):
     assert scored_weights(finished) == ("final", finished / "final")
     no_best = _branch(tmp_path / "no-best", step=700, end=770, best=False)
     assert scored_weights(no_best) == ("final", no_best / "final")
+
+
+def _made_from(root, pre_anneal, current: bool):
+    """A branch whose provenance names ``pre_anneal``'s state.json, as it is now or as it was."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256((pre_anneal / "state.json").read_bytes()).hexdigest() if current else "0" * 64
+    (root / "final").mkdir(parents=True)
+    state = {"progress": {"step": 9}, "config": {"end_step": 9, "total_steps": 9}}
+    state["provenance"] = {"inputs": {str(pre_anneal / "state.json"): digest}}
+    (root / "final" / "state.json").write_text(json.dumps(state))
+    return root
+
+
+def test_branches_of_an_earlier_stable_phase_are_left_out_of_all_and_refused_by_name(tmp_path, caplog):
+    import logging
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lehr.pipelines.evaluate.nodes import chosen_branches
+
+    pre_anneal = tmp_path / "pre_anneal"
+    pre_anneal.mkdir()
+    (pre_anneal / "state.json").write_text('{"progress": {"step": 6}}')
+    branches = {
+        "now": _made_from(tmp_path / "anneal" / "now", pre_anneal, current=True),
+        "other": _made_from(tmp_path / "anneal" / "other", pre_anneal, current=True),
+        "old": _made_from(tmp_path / "anneal" / "old", pre_anneal, current=False),
+    }
+    anneal = SimpleNamespace(branch="now")
+    with caplog.at_level(logging.INFO):
+        kept = chosen_branches(branches, None, anneal, SimpleNamespace(branches=["all"]), pre_anneal)
+    assert kept == ["now", "other"] and "earlier stable phase (another pre_anneal): old" in caplog.text
+    with pytest.raises(ValueError, match=r"branch\(es\) old in .*anneal started from another pre_anneal"):
+        chosen_branches(branches, None, anneal, SimpleNamespace(branches=["old"]), pre_anneal)
+    with pytest.raises(ValueError, match="branch.*old.*another pre_anneal"):
+        chosen_branches(
+            branches, None, SimpleNamespace(branch="old"), SimpleNamespace(branches=[]), pre_anneal
+        )

@@ -74,8 +74,8 @@ class DataConfig(Part):
     """What a step draws: how many sequences, split how, from which tiers."""
 
     data_seed: int = 1  # training windows; an anneal branch takes a fresh one
-    batch_size: int = 32  # sequences per optimizer step, all processes and micro-batches together
-    micro_batch: int = 16  # sequences per forward pass per process; accumulation makes up the rest
+    batch_size: int = 16  # sequences per optimizer step, all processes and micro-batches together
+    micro_batch: int = 8  # sequences per forward pass per process; accumulation makes up the rest
     stable_mix: dict[str, float] = field(
         default_factory=lambda: {"gold": 1.0, "silver": 1.0}
     )  # tier -> weight

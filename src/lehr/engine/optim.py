@@ -7,9 +7,10 @@
 
 The non-finite guard and loss-spike skipping decide on the device (``guard.py``) and hand the
 optimizer ``found_inf``; fused AdamW honours it inside its kernel. ``torch.optim.Muon`` has no
-such input, so ``MuonAdamW`` applies Muon's step (torch's own orthogonalisation and LR scaling)
-with every change to a parameter or its momentum selected on ``found_inf``: a skipped step
-leaves both untouched, a taken one is torch's step bit for bit, and no host sync decides it.
+such input, so ``MuonAdamW`` applies Muon's step (torch's arithmetic and LR scaling, with the
+orthogonalisation batched over matrices of one shape) with every change to a parameter or its
+momentum selected on ``found_inf``: a skipped step leaves both untouched, a taken one is torch's
+step bit for bit, and no host sync decides it.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class MuonAdamW(torch.optim.Optimizer):
 def orthogonalise(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
     """torch.optim.Muon's Newton-Schulz orthogonalisation of each matrix, bit for bit, with the
     matrices of one shape (a tall one transposed to wide) stacked into one batched matmul: on a CPU
-    that halves its time for cpu-demo's 28 small matrices (``bench/newton_schulz.py``)."""
+    that takes cpu-demo's 28 small matrices in ~0.55x the time (``bench/newton_schulz.py``)."""
     by_shape: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(matrices):
         by_shape.setdefault((min(m.shape), max(m.shape)), []).append(i)

@@ -4,6 +4,7 @@ per source, against a unigram baseline; curves and plots across stable + anneal.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import matplotlib
@@ -18,8 +19,11 @@ from lehr.engine.data import ShardSet
 from lehr.engine.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
 from lehr.engine.hardware import resolve
 from lehr.engine.tasks import Scorer, Task, evaluate_task, read_task
+from lehr.files.atomic import sha256_file
 from lehr.params import AnnealParams, EvaluateParams, PretrainParams
 from lehr.run_config import branch_name
+
+log = logging.getLogger(__name__)
 
 
 def scored_weights(branch: Path) -> tuple[str, Path]:
@@ -32,9 +36,23 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
     return "final", branch / "final"
 
 
+def branched_from(weights: Path) -> str | None:
+    """The sha256 of the ``pre_anneal`` state.json a branch started from, as its provenance
+    recorded it (a soup keeps its first branch's); None for a checkpoint without provenance."""
+    inputs = json.loads((weights / "state.json").read_text()).get("provenance", {}).get("inputs", {})
+    return next((h for p, h in inputs.items() if Path(p).parts[-2:] == ("pre_anneal", "state.json")), None)
+
+
 def chosen_branches(
-    branches: dict[str, Path], pretrain: PretrainParams, anneal: AnnealParams, params: EvaluateParams
+    branches: dict[str, Path],
+    pretrain: PretrainParams,
+    anneal: AnnealParams,
+    params: EvaluateParams,
+    pre_anneal: Path,
 ) -> list[str]:
+    """The current branch and those ``evaluate.branches`` names. Branches live side by side across
+    stable phases, but only those of this ``pre_anneal`` compare with it: ``all`` leaves the
+    others out, saying so, and naming one of them is refused."""
     current = branch_name(pretrain, anneal)
     wanted = sorted(branches) if params.branches == ["all"] else [current, *params.branches]
     missing = [b for b in wanted if b not in branches]
@@ -44,7 +62,22 @@ def chosen_branches(
             f"{', '.join(sorted(branches)) or 'none'}. "
             f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
         )
-    return list(dict.fromkeys(wanted))
+    ours = sha256_file(pre_anneal / "state.json")
+    stale = [b for b in wanted if branched_from(scored_weights(branches[b])[1]) not in (ours, None)]
+    named = [b for b in stale if b == current or params.branches != ["all"]]
+    if named:
+        raise ValueError(
+            f"anneal branch(es) {', '.join(named)} in {next(iter(branches.values())).parent} started "
+            f"from another pre_anneal than {pre_anneal} (an earlier stable phase), so they do not "
+            f"compare with it. Re-make one from this pre_anneal with `kedro run --pipeline anneal "
+            f"--params anneal.branch=NAME`, or leave it out of evaluate.branches."
+        )
+    if stale:
+        log.info(
+            "evaluate: left out anneal branch(es) of an earlier stable phase (another pre_anneal): %s",
+            ", ".join(stale),
+        )
+    return [b for b in dict.fromkeys(wanted) if b not in stale]
 
 
 def chosen_tasks(
@@ -78,7 +111,7 @@ def evaluate_models(
     anneal: AnnealParams,
     params: EvaluateParams,
 ) -> tuple[dict, str]:
-    names = chosen_branches(branches, pretrain, anneal, params)
+    names = chosen_branches(branches, pretrain, anneal, params, pre_anneal)
     tasks = chosen_tasks(heldout_tasks, user_tasks, params)
     hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).

@@ -1,0 +1,102 @@
+"""Benchmark: training tokens/s of the shipped default recipe (conf/base) against the recipe it
+replaced (AdamW, fp32, cpu-demo as it was: 4 x 192 wide, 32 x 128-token batches), through lehr's own loop, in
+interleaved rounds on this machine. Prints each and the ratio (issue goal: >= 1.15x).
+
+    python bench/recipe_speed.py [--steps 40 --rounds 3]
+
+Speed only: both train the default model size on random tokens with evals and checkpoints off
+(the default run's logged tok/s leaves those out too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from lehr.engine.config import TrainConfig
+from lehr.engine.hardware import resolve
+from lehr.engine.model import preset
+from synthetic import synthetic_shards
+from train_loop import MIX, lehr_tok_s
+
+CONF = Path(__file__).resolve().parents[1] / "conf/base/parameters_pretrain_stable.yml"
+# What the default run trained with before the recipe of issue 12: cpu-demo as it was then.
+BEFORE = dict(
+    preset="cpu-demo",
+    overrides=dict(seq_len=128, n_layer=4, n_head=4, d_model=192, d_ff=512, qk_norm=False),
+    optimizer="adamw",
+    precision="fp32",
+    compile=False,
+    batch_size=32,
+    micro_batch=16,
+)
+
+
+def default_recipe() -> dict:
+    p = yaml.safe_load(CONF.read_text())["pretrain"]
+    keys = ("optimizer", "precision", "compile", "batch_size", "micro_batch")
+    return dict(preset=p["model"]["preset"], overrides=p["model"]["overrides"], **{k: p[k] for k in keys})
+
+
+def config(recipe: dict, shards: Path, out: Path, vocab: int, warmup: int, steps: int) -> TrainConfig:
+    model = preset(recipe["preset"], vocab, **recipe["overrides"])
+    return TrainConfig(
+        model=model,
+        shards=str(shards),
+        out_dir=str(out),
+        batch_size=recipe["batch_size"],
+        micro_batch=recipe["micro_batch"],
+        stable_mix=MIX,
+        total_steps=warmup + steps,
+        warmup_steps=10,
+        eval_every=10**9,
+        ckpt_every=10**9,
+        log_every=warmup,
+        eval_windows=1,
+        sample_tokens=0,
+        task_examples=0,
+        optimizer=recipe["optimizer"],
+        precision=recipe["precision"],
+        compile=recipe["compile"],
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    now = default_recipe()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        shards = synthetic_shards(tmp / "shards", args.vocab)
+        runs = {"before": BEFORE, "default": now}
+        measured: dict[str, list[float]] = {name: [] for name in runs}
+        for r in range(args.rounds):  # interleaved, so drift in machine speed hits both alike
+            for name, recipe in runs.items():
+                cfg = config(recipe, shards, tmp / f"{name}{r}", args.vocab, args.warmup, args.steps)
+                measured[name].append(lehr_tok_s(cfg)[0])
+    for name, recipe in runs.items():
+        cfg = config(recipe, Path(), Path(), args.vocab, 0, 1)
+        hw = resolve(cfg.device, cfg.precision, None)
+        m = cfg.model
+        print(
+            f"{name:8} {statistics.median(measured[name]):8,.0f} tok/s   {cfg.optimizer}, {hw.precision}, "
+            f"compile {cfg.compile}, {m.n_layer} x {m.d_model} wide, qk_norm {m.qk_norm}, "
+            f"{cfg.batch_size} x {m.seq_len} tokens (micro {cfg.micro_batch})   "
+            f"(rounds: {', '.join(f'{x:,.0f}' for x in measured[name])})"
+        )
+    ratio = statistics.median(measured["default"]) / statistics.median(measured["before"])
+    print(f"ratio default/before  {ratio:.3f}x   (goal >= 1.15x)")
+
+
+if __name__ == "__main__":
+    main()
