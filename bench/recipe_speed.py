@@ -85,7 +85,7 @@ def main() -> None:
                 cfg = config(recipe, shards, tmp / f"{name}{r}", args.vocab, args.warmup, args.steps)
                 measured[name].append(lehr_tok_s(cfg)[0])
     for name, recipe in runs.items():
-        cfg = config(recipe, Path(), Path(), args.vocab, 0, 1)
+        cfg = config(recipe, Path(), Path(), args.vocab, args.warmup, args.steps)
         hw = resolve(cfg.device, cfg.precision, None)
         m = cfg.model
         print(
