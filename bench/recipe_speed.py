@@ -22,7 +22,7 @@ from lehr.engine.config import TrainConfig
 from lehr.engine.hardware import resolve
 from lehr.engine.model import preset
 from synthetic import synthetic_shards
-from train_loop import MIX, lehr_tok_s
+from train_loop import lehr_tok_s, speed_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf/base/parameters_pretrain_stable.yml"
 # What the default run trained with before the recipe of issue 12: cpu-demo as it was then.
@@ -44,22 +44,14 @@ def default_recipe() -> dict:
 
 
 def config(recipe: dict, shards: Path, out: Path, vocab: int, warmup: int, steps: int) -> TrainConfig:
-    model = preset(recipe["preset"], vocab, **recipe["overrides"])
-    return TrainConfig(
-        model=model,
-        shards=str(shards),
-        out_dir=str(out),
-        batch_size=recipe["batch_size"],
-        micro_batch=recipe["micro_batch"],
-        stable_mix=MIX,
-        total_steps=warmup + steps,
-        warmup_steps=10,
-        eval_every=10**9,
-        ckpt_every=10**9,
-        log_every=warmup,
-        eval_windows=1,
-        sample_tokens=0,
-        task_examples=0,
+    return speed_config(
+        preset(recipe["preset"], vocab, **recipe["overrides"]),
+        shards,
+        out,
+        batch=recipe["batch_size"],
+        micro=recipe["micro_batch"],
+        warmup=warmup,
+        steps=steps,
         optimizer=recipe["optimizer"],
         precision=recipe["precision"],
         compile=recipe["compile"],

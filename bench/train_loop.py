@@ -31,24 +31,40 @@ from synthetic import synthetic_shards
 MIX = {"gold": 1.0, "silver": 1.0}
 
 
-def config(args, shards: Path, out: Path) -> TrainConfig:
-    model = preset(args.preset, args.vocab, **({"seq_len": args.seq_len} if args.seq_len else {}))
+def speed_config(model, shards: Path, out: Path, *, batch: int, micro: int, warmup: int, steps: int, **hw):
+    """A run that only trains: evals and checkpoints off, a log window every ``warmup`` steps
+    (the first is the warm-up), ``hw`` the hardware and optimizer settings under test."""
     return TrainConfig(
         model=model,
         shards=str(shards),
         out_dir=str(out),
         seed=0,
         data_seed=1,
-        batch_size=args.batch,
-        micro_batch=args.micro,
+        batch_size=batch,
+        micro_batch=micro,
         stable_mix=MIX,
-        total_steps=args.warmup + args.steps,
+        total_steps=warmup + steps,
         warmup_steps=10,
         eval_every=10**9,
         ckpt_every=10**9,
-        log_every=args.warmup,
+        log_every=warmup,
         eval_windows=1,
         sample_tokens=0,
+        task_examples=0,
+        **hw,
+    )
+
+
+def config(args, shards: Path, out: Path) -> TrainConfig:
+    model = preset(args.preset, args.vocab, **({"seq_len": args.seq_len} if args.seq_len else {}))
+    return speed_config(
+        model,
+        shards,
+        out,
+        batch=args.batch,
+        micro=args.micro,
+        warmup=args.warmup,
+        steps=args.steps,
         precision=args.precision,
         device=args.device,
         compile=args.compile,

@@ -37,8 +37,9 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
 
 
 def branched_from(weights: Path) -> str | None:
-    """The sha256 of the ``pre_anneal`` state.json a branch started from, as its provenance
-    recorded it (a soup keeps its first branch's); None for a checkpoint without provenance."""
+    """The sha256 of the ``pre_anneal`` state.json a branch's weights (``final`` or ``best``, the
+    same) started from, as its provenance recorded it (a soup keeps its first branch's); None for
+    a checkpoint without provenance."""
     inputs = json.loads((weights / "state.json").read_text()).get("provenance", {}).get("inputs", {})
     return next((h for p, h in inputs.items() if Path(p).parts[-2:] == ("pre_anneal", "state.json")), None)
 
@@ -63,7 +64,7 @@ def chosen_branches(
             f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
         )
     ours = sha256_file(pre_anneal / "state.json")
-    stale = [b for b in wanted if branched_from(scored_weights(branches[b])[1]) not in (ours, None)]
+    stale = [b for b in wanted if branched_from(branches[b] / "final") not in (ours, None)]
     named = [b for b in stale if b == current or params.branches != ["all"]]
     if named:
         raise ValueError(
