@@ -52,6 +52,7 @@ WIDE3 = {f"{MODEL}.n_layer": 3, f"{MODEL}.d_model": 216, f"{MODEL}.d_ff": 576}
 EVEN = {"anneal.mix": "[[1.0,{gold:1.0,silver:1.0}]]"}
 # A 280-step decay from step 490 instead of 140 from 630: the same 770 steps.
 LONG_DECAY = {"pretrain.auto_anneal.max_fraction": 0.7, "anneal.decay_steps": 280}
+NEXT = {**BF16, **WIDE3, **CTX256, **EVEN, **LONG_DECAY}
 # name -> (what it changes, its settings), in the order they were tried; each r-plus-* on the best
 # combination at the time (muon_lr 0.01).
 ROWS = {
@@ -94,8 +95,18 @@ ROWS = {
     ),
     "r-wide3-ctx256-even280": (
         "r-wide3-ctx256-even, a 280-step anneal from step 490",
-        {**BF16, **WIDE3, **CTX256, **EVEN, **LONG_DECAY},
+        NEXT,
     ),
+    "r-next-w256": (
+        "r-wide3-ctx256-even280, three blocks of width 256 (d_ff 688, 3.42M params)",
+        {**NEXT, f"{MODEL}.d_model": 256, f"{MODEL}.d_ff": 688},
+    ),
+    "r-next-muon03": ("r-wide3-ctx256-even280 with muon_lr 0.03", {**NEXT, "pretrain.muon_lr": 0.03}),
+    "r-next-decay350": (
+        "r-wide3-ctx256-even280, a 350-step anneal from step 420",
+        {**NEXT, "pretrain.auto_anneal.max_fraction": 0.6, "anneal.decay_steps": 350},
+    ),
+    "r-next-lr004": ("r-wide3-ctx256-even280 with AdamW lr 0.004", {**NEXT, "pretrain.lr": 0.004}),
 }
 REPORTS = "data/08_reporting"
 

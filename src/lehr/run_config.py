@@ -61,8 +61,9 @@ def stable_config(
     aa = p.auto_anneal
     rule = StopRule(
         planned_step=p.planned_anneal_step,
-        min_step=int(p.total_steps * aa.min_fraction),
-        max_step=int(p.total_steps * aa.max_fraction),
+        # Rounded, not truncated: 700 * 0.7 is 489.99999999999994 in floating point.
+        min_step=round(p.total_steps * aa.min_fraction),
+        max_step=round(p.total_steps * aa.max_fraction),
         auto=aa.enabled and p.schedule == "wsd",  # the cosine baseline stops where planned: equal tokens
         stall_window=aa.stall_window,
         stall_eps=aa.stall_eps,

@@ -92,7 +92,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        # Normalised in fp32 whatever the dtypes (autocast gives QK-norm bf16 projections, FSDP's
+        # mixed precision bf16 gains): the bits torch's unfused path gives mixed dtypes, no warning.
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[Tensor, Tensor]:

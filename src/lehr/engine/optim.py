@@ -146,8 +146,8 @@ class MuonAdamW(torch.optim.Optimizer):
 
 def orthogonalise(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
     """torch.optim.Muon's Newton-Schulz orthogonalisation of each matrix, bit for bit, with the
-    matrices of one shape (a tall one transposed to wide) stacked into one batched matmul: on a CPU
-    that takes cpu-demo's 28 small matrices in ~0.55x the time (``bench/newton_schulz.py``)."""
+    matrices of one shape (a tall one transposed to wide) stacked into one batched matmul, because
+    a CPU runs a few large matmuls much faster than many small ones (``bench/newton_schulz.py``)."""
     by_shape: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(matrices):
         by_shape.setdefault((min(m.shape), max(m.shape)), []).append(i)
