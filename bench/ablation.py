@@ -53,6 +53,8 @@ EVEN = {"anneal.mix": "[[1.0,{gold:1.0,silver:1.0}]]"}
 # A 280-step decay from step 490 instead of 140 from 630: the same 770 steps.
 LONG_DECAY = {"pretrain.auto_anneal.max_fraction": 0.7, "anneal.decay_steps": 280}
 NEXT = {**BF16, **WIDE3, **CTX256, **EVEN, **LONG_DECAY}
+# Width 256: 4 heads of 64.
+W256 = {f"{MODEL}.d_model": 256, f"{MODEL}.d_ff": 688}
 # name -> (what it changes, its settings), in the order they were tried; each r-plus-* on the best
 # combination at the time (muon_lr 0.01).
 ROWS = {
@@ -99,7 +101,7 @@ ROWS = {
     ),
     "r-next-w256": (
         "r-wide3-ctx256-even280, three blocks of width 256 (d_ff 688, 3.42M params)",
-        {**NEXT, f"{MODEL}.d_model": 256, f"{MODEL}.d_ff": 688},
+        {**NEXT, **W256},
     ),
     "r-next-muon03": ("r-wide3-ctx256-even280 with muon_lr 0.03", {**NEXT, "pretrain.muon_lr": 0.03}),
     "r-next-decay350": (
@@ -107,8 +109,19 @@ ROWS = {
         {**NEXT, "pretrain.auto_anneal.max_fraction": 0.6, "anneal.decay_steps": 350},
     ),
     "r-next-lr004": ("r-wide3-ctx256-even280 with AdamW lr 0.004", {**NEXT, "pretrain.lr": 0.004}),
+    "r-next-w256-l4": (
+        "r-next-w256 with four blocks (4.21M params)",
+        {**NEXT, **W256, f"{MODEL}.n_layer": 4},
+    ),
+    "r-next-w320": (
+        "r-wide3-ctx256-even280, three blocks of width 320 (5 heads of 64, d_ff 864, 5.03M params)",
+        {**NEXT, f"{MODEL}.d_model": 320, f"{MODEL}.n_head": 5, f"{MODEL}.d_ff": 864},
+    ),
 }
 REPORTS = "data/08_reporting"
+# r-baseline's final held-out bits per byte on the curves' measure (2026-11-30), for checkouts
+# that do not hold its experiment ref (experiment refs stay in the repository that ran them).
+BASELINE_CURVE_FINAL = 1.856
 
 
 def queue(names: list[str]) -> None:
@@ -119,14 +132,19 @@ def queue(names: list[str]) -> None:
         subprocess.run(["dvc", "exp", "run", "--queue", "-n", name, *sets], check=True)
 
 
-def _ref(name: str) -> str:
+def _refs(name: str) -> list[str]:
+    """The git refs of the experiments named ``name``, newest first."""
     refs = subprocess.run(
         ["git", "for-each-ref", "--sort=-committerdate", "--format=%(refname)", "refs/exps"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
-    found = [r for r in refs if r.rsplit("/", 1)[-1] == name]
+    return [r for r in refs if r.rsplit("/", 1)[-1] == name]
+
+
+def _ref(name: str) -> str:
+    found = _refs(name)
     if not found:
         sys.exit(f"no experiment named {name!r}: run `python bench/ablation.py queue` and `dvc queue start`")
     return found[0]  # the newest of that name
@@ -147,7 +165,11 @@ def first_step_at(rows: list[dict], target: float) -> int | None:
 def table(names: list[str]) -> str:
     # The curves score 32 held-out windows per source at each eval; the target is the baseline's
     # final figure on that same measure (metrics.json's columns score 64 windows per source).
-    target = json.loads(_show(_ref("r-baseline"), f"{REPORTS}/anneal_metrics.json"))["heldout"]["bpb"]
+    target = (
+        json.loads(_show(_ref("r-baseline"), f"{REPORTS}/anneal_metrics.json"))["heldout"]["bpb"]
+        if _refs("r-baseline")
+        else BASELINE_CURVE_FINAL  # a checkout without that experiment's ref
+    )
     lines = [
         "| run | change | pre_anneal | anneal | Wikipedia | State of the Union | "
         f"first eval step at {target:.3f} | stable + anneal wall | training tok/s |",
