@@ -104,14 +104,13 @@ ROWS = {
         {**NEXT, **W256},
     ),
     "r-next-muon03": ("r-wide3-ctx256-even280 with muon_lr 0.03", {**NEXT, "pretrain.muon_lr": 0.03}),
-    "r-next-decay350": (
-        "r-wide3-ctx256-even280, a 350-step anneal from step 420",
-        {**NEXT, "pretrain.auto_anneal.max_fraction": 0.6, "anneal.decay_steps": 350},
-    ),
-    "r-next-lr004": ("r-wide3-ctx256-even280 with AdamW lr 0.004", {**NEXT, "pretrain.lr": 0.004}),
     "r-next-w256-l4": (
         "r-next-w256 with four blocks (4.21M params)",
         {**NEXT, **W256, f"{MODEL}.n_layer": 4},
+    ),
+    "r-next-w256-l5": (
+        "r-next-w256 with five blocks (5.00M params)",
+        {**NEXT, **W256, f"{MODEL}.n_layer": 5},
     ),
     "r-next-w320": (
         "r-wide3-ctx256-even280, three blocks of width 320 (5 heads of 64, d_ff 864, 5.03M params)",

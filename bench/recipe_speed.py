@@ -2,7 +2,7 @@
 replaced (AdamW, fp32, cpu-demo as it was: 4 x 192 wide, 32 x 128-token batches), through lehr's own loop, in
 interleaved rounds on this machine. Prints each and the ratio (issue goal: >= 1.15x).
 
-    python bench/recipe_speed.py [--steps 40 --rounds 3]
+    python bench/recipe_speed.py [--steps 40 --rounds 4]
 
 Speed only: both train the default model size on random tokens with evals and checkpoints off
 (the default run's logged tok/s leaves those out too).
@@ -63,7 +63,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     now = default_recipe()
@@ -72,8 +72,9 @@ def main() -> None:
         shards = synthetic_shards(tmp / "shards", args.vocab)
         runs = {"before": BEFORE, "default": now}
         measured: dict[str, list[float]] = {name: [] for name in runs}
-        for r in range(args.rounds):  # interleaved, so drift in machine speed hits both alike
-            for name, recipe in runs.items():
+        # Interleaved, so drift in machine speed hits both alike, each first in every other round.
+        for r in range(args.rounds):
+            for name, recipe in list(runs.items())[:: 1 if r % 2 == 0 else -1]:
                 cfg = config(recipe, shards, tmp / f"{name}{r}", args.vocab, args.warmup, args.steps)
                 measured[name].append(lehr_tok_s(cfg)[0])
     for name, recipe in runs.items():

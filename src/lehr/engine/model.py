@@ -68,7 +68,7 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(seq_len=64, n_layer=2, n_head=2, d_model=64, d_ff=176),
     # The CPU recipe (docs/recipe.md): three wide blocks rather than four of 192 (as good, faster
     # on a CPU), a 256-token context, QK-norm (exports as transformers' Qwen3).
-    "cpu-demo": dict(seq_len=256, n_layer=3, n_head=4, d_model=216, d_ff=576, qk_norm=True),
+    "cpu-demo": dict(seq_len=256, n_layer=3, n_head=4, d_model=256, d_ff=688, qk_norm=True),
     "gpt2-small": dict(seq_len=1024, n_layer=12, n_head=12, d_model=768, d_ff=2048),
     # Llama-style GPU presets with grouped-query attention (~350M and ~1.2B with a 32k vocabulary).
     "llama-350m": dict(seq_len=2048, n_layer=24, n_head=16, n_kv_head=4, d_model=1024, d_ff=3072),
