@@ -112,6 +112,11 @@ ROWS = {
         "r-next-w256 with five blocks (5.00M params)",
         {**NEXT, **W256, f"{MODEL}.n_layer": 5},
     ),
+    # 60% of the budget on the new default: stable to 294 (0.7 of 420), a 168-step anneal, 462 steps.
+    "r-default-60pct": (
+        "r-next-w256 on 60% of the tokens (462 steps)",
+        {**NEXT, **W256, "pretrain.total_steps": 420, "anneal.decay_steps": 0, "anneal.decay_fraction": 0.4},
+    ),
     "r-next-w320": (
         "r-wide3-ctx256-even280, three blocks of width 320 (5 heads of 64, d_ff 864, 5.03M params)",
         {**NEXT, f"{MODEL}.d_model": 320, f"{MODEL}.n_head": 5, f"{MODEL}.d_ff": 864},

@@ -32,14 +32,7 @@ def _backward(model, x) -> None:
     model(x, x)[1].backward()
 
 
-# The host decides a skip where reading found_inf costs nothing (CPU); the device decides on a GPU,
-# exercised here by telling the optimizer the CPU is such a device.
-DECIDERS = pytest.mark.parametrize("host_decides", [("cpu",), ()], ids=["host-decides", "device-decides"])
-
-
-@DECIDERS
-def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config, monkeypatch, host_decides):
-    monkeypatch.setattr(optim, "HOST_DECIDES", host_decides)
+def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config):
     ours_model, ours = _muon_model(tiny_config)
     theirs_model = copy.deepcopy(ours_model)
     named = list(theirs_model.named_parameters())
@@ -68,9 +61,7 @@ def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config, monke
         assert torch.equal(a, b), name
 
 
-@DECIDERS
-def test_a_skipped_muon_step_leaves_weights_and_momentum_untouched(tiny_config, monkeypatch, host_decides):
-    monkeypatch.setattr(optim, "HOST_DECIDES", host_decides)
+def test_a_skipped_muon_step_leaves_weights_and_momentum_untouched(tiny_config):
     model, opt = _muon_model(tiny_config)
     x = torch.randint(0, 256, (4, 32))
     _backward(model, x)

@@ -10,8 +10,7 @@ optimizer ``found_inf``; fused AdamW honours it inside its kernel. ``torch.optim
 such input, so ``MuonAdamW`` applies Muon's step (torch's arithmetic and LR scaling, with the
 orthogonalisation batched over matrices of one shape) with every change to a parameter or its
 momentum selected on ``found_inf``: a skipped step leaves both untouched, a taken one is torch's
-step bit for bit, and no host sync decides it. On a CPU, where reading ``found_inf`` syncs
-nothing, the host decides instead.
+step bit for bit, and no host sync decides it.
 """
 
 from __future__ import annotations
@@ -23,9 +22,6 @@ from torch.optim._muon import _adjust_lr
 OPTIMIZERS = ("adamw", "muon")
 # Newton-Schulz quintic coefficients and steps of torch.optim.Muon (Keller Jordan's).
 NS_COEFFICIENTS, NS_STEPS, NS_EPS = (3.4445, -4.775, 2.0315), 5, 1e-7
-# Devices whose tensors the host reads without a sync (no asynchronous queue to drain): there Muon
-# decides a skip in Python, which spares the selections below a few passes over every matrix.
-HOST_DECIDES = ("cpu",)
 
 
 def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
@@ -126,14 +122,9 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def _muon(self, group: dict, params: list, found_inf, grad_scale) -> None:
         lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
-        take = None  # None: take the step as torch.optim.Muon does
-        if found_inf is not None and found_inf.device.type in HOST_DECIDES:
-            if found_inf.item():  # no queue to stall here: skip without touching anything
-                return
-        elif found_inf is not None:
-            # On a skipped step (found_inf = 1) every factor below is the identity; otherwise each
-            # is the very scalar torch.optim.Muon uses, so the two step alike bit for bit.
-            take = found_inf == 0
+        # On a skipped step (found_inf = 1) every factor below is the identity; otherwise each is
+        # the very scalar torch.optim.Muon uses, so the two step alike bit for bit.
+        take = None if found_inf is None else found_inf == 0  # False on a skipped step
         grads = [p.grad if grad_scale is None else p.grad / grad_scale for p in params]
         for p, g in zip(params, grads):
             if "momentum_buffer" not in self.state[p]:
