@@ -44,6 +44,14 @@ def test_stable_run_stops_at_the_planned_or_auto_anneal_start(tmp_path):
     assert cfg.model.vocab_size == 512
 
 
+def test_the_stable_phase_bounds_are_rounded_not_truncated(tmp_path):
+    # 700 * 0.7 is 489.99999999999994 in floating point: the shipped recipe's cap is step 490.
+    aa = {"enabled": True, "min_fraction": 0.7, "max_fraction": 0.7, "stall_window": 6, "stall_eps": 0.005}
+    p = params("pretrain", "parameters_pretrain_stable.yml", total_steps=700, auto_anneal=aa)
+    rule = stable_config(p, MANIFEST, tmp_path, PROV).stop_rule
+    assert rule.min_step == rule.max_step == 490
+
+
 def test_stable_runs_of_other_configs_or_data_get_their_own_folder(tmp_path):
     p = params("pretrain", "parameters_pretrain_stable.yml")
     base = stable_config(p, MANIFEST, tmp_path, PROV)
