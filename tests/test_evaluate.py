@@ -3,7 +3,14 @@ they are flattened only at the edges (JSON lines, MLflow)."""
 
 from __future__ import annotations
 
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+
 from lehr.engine.metrics import flatten
+from lehr.files.atomic import sha256_file
 
 
 def test_metrics_are_flattened_only_at_the_edge_and_keep_dots_in_names():
@@ -12,8 +19,6 @@ def test_metrics_are_flattened_only_at_the_edge_and_keep_dots_in_names():
 
 
 def _branch(root, step: int, end: int, best: bool):
-    import json
-
     (root / "final").mkdir(parents=True)
     (root / "final" / "state.json").write_text(
         json.dumps({"progress": {"step": step}, "config": {"end_step": end, "total_steps": 999}})
@@ -37,10 +42,7 @@ def test_an_early_stopped_branch_is_scored_by_its_best_weights(tmp_path):
 
 def _made_from(root, pre_anneal, current: bool):
     """A branch whose provenance names ``pre_anneal``'s state.json, as it is now or as it was."""
-    import hashlib
-    import json
-
-    digest = hashlib.sha256((pre_anneal / "state.json").read_bytes()).hexdigest() if current else "0" * 64
+    digest = sha256_file(pre_anneal / "state.json") if current else "0" * 64
     (root / "final").mkdir(parents=True)
     state = {"progress": {"step": 9}, "config": {"end_step": 9, "total_steps": 9}}
     state["provenance"] = {"inputs": {str(pre_anneal / "state.json"): digest}}
@@ -49,11 +51,6 @@ def _made_from(root, pre_anneal, current: bool):
 
 
 def test_branches_of_an_earlier_stable_phase_are_left_out_of_all_and_refused_by_name(tmp_path, caplog):
-    import logging
-    from types import SimpleNamespace
-
-    import pytest
-
     from lehr.pipelines.evaluate.nodes import chosen_branches
 
     pre_anneal = tmp_path / "pre_anneal"
