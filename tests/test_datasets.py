@@ -28,12 +28,11 @@ def test_saving_a_branch_clears_its_leftovers_and_leaves_other_branches(tmp_path
     run, branches = tmp_path / "run", tmp_path / "anneal"
     (run / "final").mkdir(parents=True)
     (run / "final" / "state.json").write_text("{}")
-    (run / "metrics.jsonl").write_text('{"step": 1}\n')
     dataset = AnnealBranchesDataset(str(branches))
     dataset.save({"branch": "b", "run_dir": str(run)})
     (branches / f".tmp-a-{dead_pid}").mkdir()
     (branches / f".tmp-b-{dead_pid}").mkdir()
-    dataset.save({"branch": "a", "run_dir": str(run)})
+    dataset.save({"branch": "a", "run_dir": str(run), "curve": '{"step": 1}\n'})
     assert sorted(p.name for p in branches.iterdir() if not p.name.endswith(".lehr.lock")) == [
         f".tmp-b-{dead_pid}",
         "a",

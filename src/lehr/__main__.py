@@ -77,12 +77,16 @@ def _branches(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    state = _state(Path(args.checkpoint))
+    from lehr.engine.checkpoint import verify
+
+    _state(Path(args.checkpoint))  # a folder that is no checkpoint at all is named as such first
+    state = verify(Path(args.checkpoint))  # what it prints is of these very files
     prov, prog, ev = state.get("provenance", {}), state["progress"], _last_eval(state)
     lines = {
         "checkpoint": args.checkpoint,
         "git commit": f"{prov.get('git_commit', 'unknown')}{' (dirty)' if prov.get('git_dirty') else ''}",
         "stage": prov.get("stage", "?"),
+        "engine code sha256": state.get("code", {}).get("sha256", "not recorded"),
         "step": prog["step"],
         "tokens seen": f"{prog['tokens']:,}",
         "config hash": state["math_hash"],
@@ -94,6 +98,13 @@ def _info(args: argparse.Namespace) -> int:
         "cuda": state["cuda"],
         "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
     }
+    # Which code and commit trained which steps (a resume under new code, a branch's origin).
+    for i, part in enumerate(prog.get("trained_by", [])):
+        until = prog["trained_by"][i + 1]["from_step"] if i + 1 < len(prog["trained_by"]) else prog["step"]
+        lines[f"trained steps {part['from_step']}-{until} by"] = (
+            f"code {part['code_sha256'][:16]} at commit {part['git_commit']}"
+            + (" (dirty)" if part.get("git_dirty") else "")
+        )
     lines.update({f"held-out heldout.{k}": f"{v:.4f}" for k, v in ev.get("heldout", {}).items()})
     lines.update({f"input {path}": digest for path, digest in prov.get("inputs", {}).items()})
     width = max(map(len, lines))
@@ -371,9 +382,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (CorpusError, ValueError, FileNotFoundError, FileExistsError) as e:
+    except Exception as e:
+        if not isinstance(e, _explained()):
+            raise
         print(f"lehr: error: {e}", file=sys.stderr)
         return 2
+
+
+def _explained() -> tuple[type[Exception], ...]:
+    """The errors whose message already says what is wrong and what to do (no traceback for them).
+    CheckpointError's module imports torch, so it is looked up only where a command loaded it."""
+    kinds: tuple[type[Exception], ...] = (CorpusError, ValueError, FileNotFoundError, FileExistsError)
+    checkpoint = sys.modules.get("lehr.engine.checkpoint")
+    return kinds + ((checkpoint.CheckpointError,) if checkpoint else ())
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ import typing
 from lehr.data.params import ShardParams, TokenizeParams
 from lehr.engine.config import SHARED_PARTS, Launch
 from lehr.engine.parts import Part, Section, check_mix, from_mapping, require, require_positive, require_seed
+from lehr.files.names import RULE, is_folder_name
+
+
+def require_folder_name(key: str, value: str) -> None:
+    """A name that becomes a folder; "" leaves the name to lehr."""
+    require(value == "" or is_folder_name(value), key, value, RULE)
 
 
 def names(value: list[str] | str) -> list[str]:
@@ -61,6 +67,7 @@ class PretrainParams(Section, *reversed(SHARED_PARTS)):
 
     def check(self) -> None:
         require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must lie in (0, 1)")
+        require_folder_name("run_name", self.run_name)
 
     @property
     def planned_anneal_step(self) -> int:
@@ -110,12 +117,7 @@ class AnnealParams(Section):
         for i, (_, weights) in enumerate(self.mix):
             check_mix(weights, f"mix[{i}]")
         require_seed("data_seed", self.data_seed)
-        require(
-            self.branch == "" or self.branch.replace("-", "").replace("_", "").replace(".", "").isalnum(),
-            "branch",
-            self.branch,
-            "must be a plain folder name (letters, digits, - _ .)",
-        )
+        require_folder_name("branch", self.branch)
         require(self.patience >= 0, "patience", self.patience, "must be >= 0 (0 = off)")
         require_positive(self, "eval_every")
 
@@ -147,6 +149,9 @@ class SoupParams(Section):
 
     def check(self) -> None:
         object.__setattr__(self, "branches", names(self.branches))
+        require_folder_name("name", self.name)
+        for branch in self.branches:
+            require_folder_name("branches", branch)
 
 
 SECTIONS = {

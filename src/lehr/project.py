@@ -4,9 +4,19 @@ hook) read paths here, so the catalog stays the one place a path is written."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
+
+
+def portable(path: str | Path) -> str:
+    """A path as a record keeps it: relative to the project (the working directory every stage and
+    command runs in) when it lies inside, so that two clones of one commit record the same bytes;
+    absolute only for what lies outside the project."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path, os.getcwd())
+    return path if rel == ".." or rel.startswith(".." + os.sep) else Path(rel).as_posix()
 
 
 def profile_in_force(project: Path) -> str:

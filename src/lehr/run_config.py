@@ -16,6 +16,7 @@ from lehr.engine import launch
 from lehr.engine.config import SHARED_PARTS, Launch, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
+from lehr.project import portable
 from lehr.tracking import runs as tracking
 
 
@@ -34,12 +35,13 @@ def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
 def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict, tasks: dict) -> dict:
     """The settings a stage run takes from ``pretrain`` as they are: every shared config part."""
     parts = {k: v for part in SHARED_PARTS for k, v in p.part(part).items()}
+    # Paths relative to the project: a checkpoint's record is the same in every clone.
     return dict(
         parts,
-        task_files={name: str(path) for name, path in tasks.items()},
+        task_files={name: portable(path) for name, path in tasks.items()},
         model=model_config(p, manifest),
-        shards=manifest["root"],
-        out_dir=str(out_dir),
+        shards=portable(manifest["root"]),
+        out_dir=portable(out_dir),
         provenance=provenance,
     )
 
@@ -73,7 +75,7 @@ def stable_config(
     name = p.run_name or "auto-" + _key(
         cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"]
     )
-    run_dir = runs_root / name
+    run_dir = Path(portable(runs_root / name))
     return dataclasses.replace(
         cfg, out_dir=str(run_dir), stop_rule=dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"))
     )
@@ -126,7 +128,7 @@ def anneal_config(
         anneal_steps=end - start,
         decay_shape=a.shape,
         end_step=end,
-        init_from=str(pre_anneal),
+        init_from=portable(pre_anneal),
         init_optimizer=a.init_optimizer,
         patience=a.patience,
         patience_from_step=start + (end - start) // 2,

@@ -74,7 +74,7 @@ def test_flipped_bytes_in_a_shard_are_caught(smoke_shards, tmp_path):
     data = bytearray(victim.read_bytes())
     data[100] ^= 0xFF
     victim.write_bytes(bytes(data))
-    with pytest.raises(DataError, match=r"000000.bin does not match its sha256.*dvc checkout"):
+    with pytest.raises(DataError, match=r"000000.bin does not match the sha256.*dvc checkout"):
         ShardSet(copy, 512, 64)
 
 

@@ -8,12 +8,15 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 
 from lehr.files import locks
-from lehr.files.atomic import recover, replace_dir, sibling
+from lehr.files.atomic import recover, replace_dir, same_tree, sibling
 
 
 def copy_dir_atomic(src: Path, dst: Path) -> None:
-    """Copy a folder so that ``dst`` is either the old folder or the complete new one."""
+    """Copy a folder so that ``dst`` is either the old folder or the complete new one; one that
+    already holds the same bytes is left as it is."""
     recover(dst.parent, dst.name)
+    if same_tree(src, dst):
+        return
     tmp = sibling(dst, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)

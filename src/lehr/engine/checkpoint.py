@@ -123,9 +123,9 @@ def written_or_nothing(target: Path):
         shutil.rmtree(sibling(target, "tmp"), ignore_errors=True)
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise CheckpointError(
-            f"could not write checkpoint {target}: {reason}. The disk is full or unwritable; nothing was "
-            f"replaced: the previous checkpoint in {target.parent} is intact. Free disk space (or fix "
-            f"permissions) and resume."
+            f"could not write {target}: {reason}. The disk is full or unwritable; nothing was "
+            f"replaced: the previous {target.name} in {target.parent}, if there was one, is intact. Free "
+            f"disk space (or fix permissions) and run again."
         ) from e
 
 
@@ -146,12 +146,21 @@ def verify(path: Path) -> dict:
     for name, digest in state.get("files", {}).items():
         f = path / name
         if not f.is_file() or sha256_file(f) != digest:
-            raise CheckpointError(f"{f} is missing or does not match its sha256 (truncated or corrupt)")
+            raise CheckpointError(
+                f"{f} is missing or does not match the sha256 in {path / STATE} (truncated, corrupt or "
+                f"replaced): restore the checkpoint (`dvc checkout {path}`) or re-run the stage that made it"
+            )
     return state
 
 
 def load_weights(path: Path, model: torch.nn.Module) -> None:
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    try:
+        missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(
+            f"{path / 'model.safetensors'} cannot be read ({str(e).splitlines()[0][:200]}): it is "
+            f"truncated or not a safetensors file. Restore it (`dvc checkout`, or export it again)."
+        ) from None
     if missing or unexpected:
         raise CheckpointError(
             f"{path} holds weights of another model shape (missing {missing[:3]}, unexpected "

@@ -187,7 +187,10 @@ class EvalConfig(Part):
 class CheckpointConfig(Part):
     ckpt_every: int = 40  # steps between rolling checkpoints
     keep_last: int = 2  # rolling checkpoints kept
-    RESUMABLE: ClassVar[frozenset] = frozenset({"ckpt_every", "keep_last"})
+    # A resume under engine code other than the one that made the checkpoint is refused (naming
+    # the files that differ); true continues under the new code, and the record keeps both.
+    resume_under_new_code: bool = False
+    RESUMABLE: ClassVar[frozenset] = frozenset({"ckpt_every", "keep_last", "resume_under_new_code"})
 
     def check(self) -> None:
         require_positive(self, "ckpt_every", "keep_last")

@@ -80,7 +80,7 @@ class ShardSet:
                     )
                 if verify and sha256_file(path) != shard["sha256"]:
                     raise DataError(
-                        f"shard {path} does not match its sha256 in the manifest (corrupted on disk?); "
+                        f"shard {path} does not match the sha256 in the manifest (corrupted on disk?); "
                         f"restore it with `dvc checkout` or rebuild with `dvc repro --force shard`"
                     )
                 maps.append(np.memmap(path, dtype=dtype, mode="r"))

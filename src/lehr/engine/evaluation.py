@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lehr.engine.checkpoint import load_weights
+from lehr.engine.checkpoint import load_weights, verify
 from lehr.engine.data import Source, eval_windows
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import ModelConfig, Transformer
@@ -85,8 +84,9 @@ def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, d
 
 
 def load_model(path, device: torch.device) -> torch.nn.Module:
-    """A model rebuilt from a checkpoint's own config and weights, ready for evaluation."""
-    state = json.loads((Path(path) / "state.json").read_text())
+    """A model rebuilt from a checkpoint's own config and weights, ready for evaluation; refused
+    unless every file matches the sha256 its state records (as a resume does)."""
+    state = verify(Path(path))
     model = Transformer(ModelConfig(**state["config"]["model"]))
     load_weights(Path(path), model)
     return model.to(device).eval()

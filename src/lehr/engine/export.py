@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from lehr.engine.checkpoint import load_weights
+from lehr.engine.checkpoint import load_weights, verify, written_or_nothing
 from lehr.engine.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
 from lehr.files.atomic import recover, replace_dir, sha256_file, sibling
@@ -73,7 +73,8 @@ def _written_whole(out: Path, write) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        write(staging)
+        with written_or_nothing(out):  # a full disk: a clear error, the earlier export kept
+            write(staging)
         replace_dir(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -82,6 +83,7 @@ def _written_whole(out: Path, write) -> Path:
 
 def export_plain(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
     """``model.safetensors`` (tied weights stored once) + ``config.json`` + ``tokenizer.json``."""
+    verify(checkpoint)
     check_target(checkpoint, out)
     tokenizer = checked_tokenizer(checkpoint, tokenizer)
     return _written_whole(out, lambda folder: _write_plain(checkpoint, folder, tokenizer))
@@ -153,6 +155,7 @@ def hf_config(cfg: ModelConfig):
 
 def export_hf(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
     """A folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads."""
+    verify(checkpoint)
     check_target(checkpoint, out)
     tokenizer = checked_tokenizer(checkpoint, tokenizer)
     return _written_whole(out, lambda folder: _write_hf(checkpoint, folder, tokenizer))

@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr.engine import checkpoint, distributed, memory, optim, parallel, step
+from lehr.engine import checkpoint, code_identity, distributed, memory, optim, parallel, step
 from lehr.engine.config import TrainConfig
 from lehr.engine.data import ShardSet, manifest_sha256
 from lehr.engine.evaluation import HeldOut, evaluate, sample_text
 from lehr.engine.guard import StepGuard
 from lehr.engine.hardware import memory_report, resolve
-from lehr.engine.metrics import RunLog, load_callbacks
+from lehr.engine.metrics import RunLog, load_callbacks, timing
 from lehr.engine.model import Transformer
 from lehr.engine.schedule import lr_at, mix_at
 from lehr.engine.sharded_checkpoint import ShardedSaves
@@ -35,6 +35,8 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
     try:
         run = Run(cfg, d, load_callbacks(list(callback_specs)) if d.is_main else [])
         run.start()
+        if run.finished_before():
+            return run.summary_of_finished()
         stop = None
         with GracefulStop() as signals:
             while stop is None and run.prog.step < run.end_step():
@@ -119,7 +121,6 @@ class Run:
         self.flops_per_step = self.core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
         self.accum = cfg.grad_accum(d.world)
         self.t_last, self.steps_since_log = time.perf_counter(), 0
-        self.t_start, self.timed = self.t_last, [0, 0.0]  # [steps, seconds] of training between syncs
 
     def _announce(self) -> None:
         cfg, d, log = self.cfg, self.d, self.log
@@ -155,6 +156,32 @@ class Run:
                 self.t.fp8_layers,
                 "" if self.hw.device.type == "cuda" else " (emulated on CPU: for tests, not for speed)",
             )
+
+    def end_checkpoint(self) -> Path:
+        """Where the run's end is saved: ``pre_anneal`` for the stable phase, ``final`` otherwise."""
+        return Path(self.cfg.stop_rule.save_to) if self.cfg.stop_rule else self.out_dir / "final"
+
+    def finished_before(self) -> bool:
+        """The run resumed at its end, and that end's checkpoint is saved and whole: an earlier
+        attempt finished it under this code (resume refuses other code), so nothing is to train."""
+        if self.mode != "resume" or not (self.prog.stopped or self.prog.step >= self.end_step()):
+            return False
+        try:
+            end = checkpoint.verify(self.end_checkpoint())
+        except checkpoint.CheckpointError:
+            return False  # killed before its end was saved (or it is broken): save it again
+        return end["progress"]["step"] == self.prog.step and end.get("code") == self._code()
+
+    def summary_of_finished(self) -> dict:
+        self.log.info(
+            "%s finished at step %d under this code and configuration: nothing trained, nothing rewritten",
+            self.out_dir,
+            self.prog.step,
+        )
+        summary = self._summary(self.prog.stopped)
+        summary["pre_anneal" if self.cfg.stop_rule else "final"] = str(self.end_checkpoint())
+        self.log.close()
+        return summary
 
     # -- where the run is --------------------------------------------------------------------------
     @property
@@ -254,7 +281,6 @@ class Run:
     def _log_step(self, loss: float, norm: float, lr: float) -> None:
         dt = time.perf_counter() - self.t_last
         tok_s = self.steps_since_log * self.cfg.batch_size * self.cfg.model.seq_len / dt
-        self.timed = [self.timed[0] + self.steps_since_log, self.timed[1] + dt]
         peak = self.hw.peak_tflops
         mfu = self.flops_per_step * self.steps_since_log / dt / (peak * 1e12 * self.d.world) if peak else None
         # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
@@ -269,6 +295,7 @@ class Run:
                 "mfu": mfu,
                 "tokens": self.prog.tokens,
                 "mem": memory_report(self.hw.device),
+                "seconds": dt,  # of these steps' training: the run's wall time and tok/s add these up
             }
         )
         self.t_last, self.steps_since_log = time.perf_counter(), 0
@@ -280,6 +307,7 @@ class Run:
         cfg, prog, rec = self.cfg, self.prog, None
         model = self.unsharded()
         if self.d.is_main:
+            began = time.perf_counter()
             rec = {
                 "step": prog.step,
                 "kind": "eval",
@@ -292,6 +320,7 @@ class Run:
                 rec["sample"] = sample_text(
                     model, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
                 )
+            rec["seconds"] = time.perf_counter() - began
             self.log.record(rec)
             self.log.info(
                 "eval step %d | heldout loss %.4f | bpb %.4f | ppl %.2f%s | sample %r",
@@ -303,7 +332,7 @@ class Run:
                 rec.get("sample", "")[:80],
             )
         rec = distributed.broadcast_object(rec, self.d)
-        prog.evals.append({k: v for k, v in rec.items() if k != "sample"})
+        prog.evals.append({k: v for k, v in rec.items() if k not in ("sample", "seconds")})
         if prog.best_loss is None or rec["heldout"]["loss"] < prog.best_loss:
             prog.best_loss = rec["heldout"]["loss"]
         # Anneal runs keep their best weights by decide_by; the stable phase hands on pre_anneal.
@@ -370,7 +399,12 @@ class Run:
             "cuda": torch.version.cuda,
             "device": self.hw.name,
             "provenance": cfg.provenance,
+            "code": self._code(),
         }
+
+    @staticmethod
+    def _code() -> dict:
+        return code_identity.of_training().as_record()
 
     def unsharded(self, for_save: bool = False) -> torch.nn.Module | None:
         """The model whole: the model itself under DDP; under FSDP every rank takes part in gathering
@@ -391,8 +425,30 @@ class Run:
         prog, cfg, log = self.prog, self.cfg, self.log
         if stop != "signal" and (not prog.evals or prog.evals[-1]["step"] != prog.step):
             self.evaluate()
+        if stop != "signal":
+            prog.stopped = stop  # kept, so that a rerun knows the run ended here
         self.save()
-        summary = {
+        summary = self._summary(stop)
+        if self.d.is_main:
+            self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
+        if stop == "signal":
+            log.info(
+                "stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step
+            )
+        elif cfg.stop_rule and prog.step == prog.anneal_start:
+            summary["pre_anneal"] = str(self.save(self.end_checkpoint()))
+            log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
+        else:
+            summary["final"] = str(self.save(self.end_checkpoint()))
+        self.sharded.wait()  # an async save still in flight completes before the run returns
+        log.close()
+        return summary
+
+    def _summary(self, stop: str | None) -> dict:
+        prog, cfg = self.prog, self.cfg
+        # The whole run's, from its record: every attempt's steps and evals, not this process's share.
+        wall, tok_s = timing(self.log.path) if self.d.is_main else (None, None)
+        return {
             "rank": self.d.rank,
             "out_dir": str(self.out_dir),
             "step": prog.step,
@@ -404,30 +460,13 @@ class Run:
             "anneal_reason": prog.anneal_reason,
             "skips_total": prog.skips_total,
             "spikes_total": prog.spikes_total,
-            # This process's share of the run: a resumed run reports the part it trained.
-            "wall_seconds": round(time.perf_counter() - self.t_start, 1),
-            "tok_per_s": round(self.timed[0] * cfg.batch_size * cfg.model.seq_len / self.timed[1])
-            if self.timed[1]
-            else None,
+            "wall_seconds": wall,
+            "tok_per_s": tok_s,
             "n_params": self.core.num_parameters(),
             "heldout": prog.evals[-1] if prog.evals else None,
             "best_loss": prog.best_loss,
             "tiers": self.t.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix),
         }
-        if self.d.is_main:
-            self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
-        if stop == "signal":
-            log.info(
-                "stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step
-            )
-        elif cfg.stop_rule and prog.step == prog.anneal_start:
-            summary["pre_anneal"] = str(self.save(Path(cfg.stop_rule.save_to)))
-            log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
-        else:
-            summary["final"] = str(self.save(self.out_dir / "final"))
-        self.sharded.wait()  # an async save still in flight completes before the run returns
-        log.close()
-        return summary
 
     def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:
         """One line of tokens and epochs per tier; a warning for a tier repeated over ``warn_above`` times."""

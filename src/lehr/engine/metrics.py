@@ -39,6 +39,32 @@ def flatten(record: dict, prefix: str = "") -> dict:
     return out
 
 
+# What a record holds of the clock and the machine: the run folder keeps it, the copies of a
+# record that DVC versions (a branch's metrics.jsonl) leave it out, so that they depend on the
+# run's configuration, data and code alone.
+CLOCK_KEYS = ("seconds", "tok_per_s", "mfu", "mem")
+
+
+def timing(path: Path) -> tuple[float | None, int | None]:
+    """(wall seconds, tokens per second) of a whole run from its ``metrics.jsonl``: the steps and
+    evals every attempt kept, added up (a resumed run's, not only its last process's)."""
+    if not path.is_file():
+        return None, None
+    records = [json.loads(line) for line in path.read_text().splitlines() if line]
+    timed = [r for r in records if r.get("seconds") is not None]
+    trained = [r for r in timed if r["kind"] == "train" and r.get("tok_per_s")]
+    train_seconds = sum(r["seconds"] for r in trained)
+    tokens = sum(r["tok_per_s"] * r["seconds"] for r in trained)
+    wall = round(sum(r["seconds"] for r in timed), 1) if timed else None
+    return wall, round(tokens / train_seconds) if train_seconds else None
+
+
+def without_clock(text: str) -> str:
+    """A ``metrics.jsonl`` with the clock and machine readings left out (``CLOCK_KEYS``)."""
+    records = (json.loads(line) for line in text.splitlines() if line)
+    return "".join(json.dumps({k: v for k, v in r.items() if k not in CLOCK_KEYS}) + "\n" for r in records)
+
+
 class RunLog:
     def __init__(self, out_dir: Path, enabled: bool, start: int, end: int | None, callbacks: list[Callback]):
         self.path = out_dir / "metrics.jsonl"
@@ -59,9 +85,10 @@ class RunLog:
         """Drop records past the resume point (those steps are trained again); returns the rest."""
         if not self.path.is_file():
             return []
-        keep = [json.loads(line) for line in self.path.read_text().splitlines() if line]
-        keep = [rec for rec in keep if rec["step"] <= step]
-        write_text_atomic(self.path, "".join(json.dumps(rec) + "\n" for rec in keep))
+        records = [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        keep = [rec for rec in records if rec["step"] <= step]
+        if len(keep) < len(records):  # a finished run's record is left as it is, not rewritten
+            write_text_atomic(self.path, "".join(json.dumps(rec) + "\n" for rec in keep))
         return keep
 
     def record(self, rec: dict) -> None:

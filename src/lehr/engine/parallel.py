@@ -84,8 +84,18 @@ def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Opt
     2026-12-01, DDP only) loads as it was saved."""
     if all(isinstance(k, int) for k in state.get("state", {})):
         optimizer.load_state_dict(state)
-        return
-    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    else:
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    _as_built(optimizer)
+
+
+def _as_built(optimizer: torch.optim.Optimizer) -> None:
+    """Hyperparameters in the types the optimizer was built with: loading a state dict hands tuples
+    (AdamW's betas) back as lists, and the next save would then write other bytes for the same state."""
+    for group in optimizer.param_groups:
+        for key, value in group.items():
+            if key != "params" and isinstance(value, list):
+                group[key] = tuple(value)
 
 
 def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
@@ -100,3 +110,4 @@ def load_sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer 
     set_model_state_dict(model, state["model"], options=SHARDED)
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state["optimizer"], options=SHARDED)
+        _as_built(optimizer)

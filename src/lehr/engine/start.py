@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from lehr.engine import checkpoint, fp8, optim, parallel, sharded_checkpoint
+from lehr.engine import checkpoint, code_identity, fp8, optim, parallel, sharded_checkpoint
 from lehr.engine.config import TrainConfig, math_diff
 from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.distributed import Dist
@@ -63,13 +63,34 @@ def start(
         _check_branchable(path, state, cfg, shards)
         _restore(path, state, t, cfg, d, with_optimizer=cfg.init_optimizer)
         checkpoint.seed_all(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
-        prog = Progress(step=state["progress"]["step"], tokens=state["progress"]["tokens"])
+        prog = Progress(
+            step=state["progress"]["step"],
+            tokens=state["progress"]["tokens"],
+            trained_by=list(state["progress"].get("trained_by", [])),
+        )
         t.stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
     else:
         prog = Progress()
     if not prog.world_sizes or prog.world_sizes[-1][1] != d.world:
         prog.world_sizes.append([prog.step, d.world])  # [from step, processes]: the run's history
+    _record_trainer(prog, cfg, mode)
     return mode, path, prog
+
+
+def _record_trainer(prog: Progress, cfg: TrainConfig, mode: str) -> None:
+    """Add this process's code and commit to the run's history when they are not those of the
+    range before (a resume by the same code and commit adds nothing: its record equals an
+    uninterrupted run's)."""
+    me = {
+        "from_step": prog.step,
+        "code_sha256": code_identity.of_training().sha256,
+        "git_commit": cfg.provenance.get("git_commit"),
+        "git_dirty": cfg.provenance.get("git_dirty"),
+    }
+    last = prog.trained_by[-1] if prog.trained_by else None
+    same = last is not None and all(last.get(k) == me[k] for k in ("code_sha256", "git_commit", "git_dirty"))
+    if not same or mode == "branch":  # a branch's own range starts here even under the same code
+        prog.trained_by.append(me)
 
 
 def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet) -> None:
@@ -84,6 +105,26 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
         raise checkpoint.CheckpointError(
             f"refusing to resume {path}: it was made under another configuration ({', '.join(keys)} "
             f"differ). Restore those values, {fix}."
+        )
+    made_by, ours = state.get("code", {}), code_identity.of_training()
+    if made_by.get("sha256") != ours.sha256:
+        files = (
+            code_identity.differing(made_by["modules"], ours.modules)
+            if made_by
+            else ["the engine (the checkpoint records no code identity: it predates the record)"]
+        )
+        if not cfg.resume_under_new_code:
+            raise checkpoint.CheckpointError(
+                f"refusing to resume {path}: it was trained by other engine code ({', '.join(files)} "
+                f"differ{'s' if len(files) == 1 else ''} in what it executes). Restore that code (git "
+                f"checkout the commit in its state.json), set pretrain.resume_under_new_code: true to "
+                f"continue under this code (the record then names both), {fix}."
+            )
+        log.warning(
+            "resuming %s under other engine code (%s differ), as pretrain.resume_under_new_code "
+            "allows; the checkpoint's record names both",
+            path,
+            ", ".join(files),
         )
 
 

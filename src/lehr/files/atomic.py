@@ -18,6 +18,24 @@ log = logging.getLogger(__name__)
 _LEFTOVER = re.compile(r"^\.(tmp|old)-(.+)-(\d+)$")
 
 
+def is_leftover(name: str) -> bool:
+    """A name this module stages or parks a write under (``recover`` clears them)."""
+    return _LEFTOVER.match(name) is not None
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    """Whether two folders hold the same files with the same bytes (a rewrite would change nothing)."""
+    if not (a.is_dir() and b.is_dir()):
+        return False
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    if files != sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()):
+        return False
+    return all(
+        (a / f).stat().st_size == (b / f).stat().st_size and sha256_file(a / f) == sha256_file(b / f)
+        for f in files
+    )
+
+
 def sibling(path: Path, kind: str) -> Path:
     """Where a write of ``path`` by this process stages (``tmp``) or parks the old copy (``old``)."""
     return path.with_name(f".{kind}-{path.name}-{os.getpid()}")

@@ -4,9 +4,12 @@ state and tagged on every MLflow run."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
+
+from lehr.project import portable
 
 
 def _git(*args: str) -> str | None:
@@ -31,16 +34,24 @@ def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = No
     shard's sha256), the tokenizer, and each checkpoint read (its ``state.json`` holds the sha256
     of its other files)."""
     manifest_file = Path(manifest["root"]) / "manifest.json"
-    inputs = {str(manifest_file): hashlib.sha256(manifest_file.read_bytes()).hexdigest()}
+    inputs = {portable(manifest_file): hashlib.sha256(manifest_file.read_bytes()).hexdigest()}
     for path in (checkpoints or {}).values():
-        inputs[str(Path(path) / "state.json")] = hashlib.sha256(
+        inputs[portable(Path(path) / "state.json")] = hashlib.sha256(
             (Path(path) / "state.json").read_bytes()
         ).hexdigest()
     return {
         **git_info(),
         "stage": stage,
         "profile": os.environ.get("LEHR_PROFILE"),  # the Kedro env (set by the ConfigInForce hook)
-        "manifest_sha256": inputs[str(manifest_file)],
+        "manifest_sha256": inputs[portable(manifest_file)],
         "tokenizer_sha256": manifest["tokenizer"]["sha256"],
         "inputs": inputs,
     }
+
+
+def branched_from(checkpoint: Path) -> str | None:
+    """The sha256 of the ``pre_anneal`` state.json an anneal checkpoint (``final`` or ``best`` of a
+    branch, or a soup of branches) started from, as its provenance recorded it; None for a
+    checkpoint without provenance."""
+    inputs = json.loads((checkpoint / "state.json").read_text()).get("provenance", {}).get("inputs", {})
+    return next((h for p, h in inputs.items() if Path(p).parts[-2:] == ("pre_anneal", "state.json")), None)

@@ -22,6 +22,7 @@ from lehr.engine.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.files.atomic import sha256_file
 from lehr.params import AnnealParams, EvaluateParams, PretrainParams
 from lehr.run_config import branch_name
+from lehr.tracking.provenance import branched_from
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +35,6 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
     if state["progress"]["step"] < end and (branch / "best" / "state.json").is_file():
         return "best", branch / "best"
     return "final", branch / "final"
-
-
-def branched_from(weights: Path) -> str | None:
-    """The sha256 of the ``pre_anneal`` state.json a branch's weights (``final`` or ``best``, the
-    same) started from, as its provenance recorded it (a soup keeps its first branch's); None for
-    a checkpoint without provenance."""
-    inputs = json.loads((weights / "state.json").read_text()).get("provenance", {}).get("inputs", {})
-    return next((h for p, h in inputs.items() if Path(p).parts[-2:] == ("pre_anneal", "state.json")), None)
 
 
 def chosen_branches(

@@ -6,8 +6,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from lehr.datasets.branches_dataset import kind_of
 from lehr.engine.soup import average
+from lehr.files.names import RULE, is_folder_name
 from lehr.params import SoupParams
+from lehr.tracking.provenance import branched_from
 
 
 def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
@@ -22,7 +25,27 @@ def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
             f"unknown anneal branch(es) {', '.join(missing)}; the branches are: "
             f"{', '.join(branches) or 'none'}"
         )
+    origins = {b: branched_from(branches[b] / "final") for b in params.branches}
+    if len(set(origins.values())) > 1:
+        by_origin: dict = {}
+        for b, origin in origins.items():
+            by_origin.setdefault(origin, []).append(b)
+        raise ValueError(
+            "refusing to average branches of different pre_anneal checkpoints (they are different "
+            "models, not anneals of one): "
+            + "; ".join(
+                f"{', '.join(bs)} from pre_anneal {(o or 'unknown')[:12]}" for o, bs in by_origin.items()
+            )
+            + ". Soup only branches of one stable phase (`python -m lehr branches` shows them)."
+        )
     name = params.name or "soup-" + "-".join(params.branches)
+    if not is_folder_name(name):
+        raise ValueError(f"the soup's name {name!r} {RULE}: set soup.name")
+    if name in branches and kind_of(branches[name]) != "soup":
+        raise ValueError(
+            f"soup.name = {name!r} is a trained anneal branch ({branches[name]}): a soup may not replace "
+            "it. Choose another soup.name."
+        )
     run_dir = Path(tempfile.mkdtemp(prefix="lehr-soup-"))
     average([branches[b] / "final" for b in params.branches], run_dir / "final")
-    return {"branch": name, "run_dir": str(run_dir)}
+    return {"branch": name, "run_dir": str(run_dir), "kind": "soup"}
