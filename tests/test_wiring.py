@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from kedro.config import OmegaConfigLoader
 from kedro.framework.startup import bootstrap_project
 
+from lehr.project import catalog_paths
 from tests import ROOT
 
 GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())
 # dvc.yaml and the catalog both take the corpus path from conf/base/globals.yml.
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text().replace("${corpus}", GLOBALS["corpus"]))
-CATALOG = yaml.safe_load(
-    (ROOT / "conf/base/catalog.yml").read_text().replace("${globals:corpus}", GLOBALS["corpus"])
-)
-PATHS = {name: entry.get("path") or entry.get("filepath") for name, entry in CATALOG.items()}
+CATALOG = OmegaConfigLoader(conf_source=str(ROOT / "conf"), base_env="base", default_run_env="local")["catalog"]
+PATHS = {name: path.relative_to(ROOT).as_posix() for name, path in catalog_paths(ROOT, "local").items()}
 KEDRO_STAGES = {k: v for k, v in DVC["stages"].items() if k != "corpus"}  # corpus: `lehr corpus`
 
 
@@ -81,9 +81,11 @@ def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
 
     for stage, spec in DVC["stages"].items():
         for path, names in _entries(spec.get("params")):
-            values = yaml.safe_load((ROOT / path).read_text())
-            for name in names:
-                assert name in values, f"{stage}: {path} has no key {name}"
+            for profile in ("smoke", "gpu", "local"):
+                where = path.replace("${profile}", profile)
+                values = yaml.safe_load((ROOT / where).read_text())
+                for name in names:
+                    assert name in values, f"{stage}: {where} has no key {name}"
     for profile in ("smoke", "gpu"):
         for override in (ROOT / "conf" / profile).glob("parameters_*.yml"):
             base = yaml.safe_load((ROOT / "conf/base" / override.name).read_text())
@@ -91,12 +93,18 @@ def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
             for stage, spec in DVC["stages"].items():  # every stage that reads base's file tracks this one
                 listed = [p for p, _ in _entries(spec.get("params"))]
                 if f"conf/base/{override.name}" in listed:
-                    assert f"conf/{profile}/{override.name}" in listed, (stage, override)
+                    assert f"conf/${{profile}}/{override.name}" in listed, (stage, override)
 
 
 # Imported by the stages but unable to change what they write: tracking forwards metrics to MLflow,
-# locks only refuse a second writer, and the package's __init__ holds only its version.
-NO_EFFECT_ON_OUTPUTS = {"src/lehr/tracking/runs.py", "src/lehr/files/locks.py", "src/lehr/__init__.py"}
+# locks only refuse a second writer, errors only word what went wrong, and the package's __init__
+# holds only its version.
+NO_EFFECT_ON_OUTPUTS = {
+    "src/lehr/tracking/runs.py",
+    "src/lehr/files/locks.py",
+    "src/lehr/errors.py",
+    "src/lehr/__init__.py",
+}
 
 
 def _module_file(module: str) -> str | None:

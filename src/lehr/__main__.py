@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from lehr.data.corpus import CorpusError
+from lehr.errors import EXIT, explained
 
 
 def _corpus(args: argparse.Namespace) -> int:
@@ -383,18 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Exception as e:
-        if not isinstance(e, _explained()):
+        message = explained(e)
+        if message is None:
             raise
-        print(f"lehr: error: {e}", file=sys.stderr)
-        return 2
-
-
-def _explained() -> tuple[type[Exception], ...]:
-    """The errors whose message already says what is wrong and what to do (no traceback for them).
-    CheckpointError's module imports torch, so it is looked up only where a command loaded it."""
-    kinds: tuple[type[Exception], ...] = (CorpusError, ValueError, FileNotFoundError, FileExistsError)
-    checkpoint = sys.modules.get("lehr.engine.checkpoint")
-    return kinds + ((checkpoint.CheckpointError,) if checkpoint else ())
+        print(f"lehr: error: {message}", file=sys.stderr)
+        return EXIT
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ except ImportError as e:  # the CLI names the extra to install
 
 from lehr.engine.export import load_for_inference
 from lehr.engine.tasks import ENDOFTEXT, Scorer
+from lehr.errors import Explained
 from lehr.files.atomic import write_text_atomic
 
 
@@ -117,14 +118,24 @@ def run(
             f"unknown lm-eval task(s) {', '.join(unknown)}: see `lm-eval ls tasks`, or give "
             f"--include-path with a folder of task YAML files"
         )
-    results = simple_evaluate(
-        model=model,
-        tasks=tasks,
-        task_manager=manager,
-        limit=limit,
-        num_fewshot=num_fewshot,
-        log_samples=samples is not None,
-    )
+    try:
+        results = simple_evaluate(
+            model=model,
+            tasks=tasks,
+            task_manager=manager,
+            limit=limit,
+            num_fewshot=num_fewshot,
+            log_samples=samples is not None,
+        )
+    except Exception as e:
+        if not _unreachable(e):
+            raise
+        raise HarnessError(
+            f"lm-eval could not fetch the data of {', '.join(tasks)} ({str(e).splitlines()[0][:160]}): its "
+            "built-in tasks download their data sets from the Hugging Face Hub, which this machine cannot "
+            "reach. Run where the Hub is reachable (once: datasets caches them, then HF_DATASETS_OFFLINE=1 "
+            "works offline), or give --include-path with task YAML files over local data (docs/tasks.md)."
+        ) from None
     if samples is not None:
         lines = [
             json.dumps(
@@ -137,6 +148,21 @@ def run(
     if output is not None:
         write_text_atomic(output, json.dumps(results, indent=1, default=str))
     return results
+
+
+class HarnessError(RuntimeError, Explained):
+    """lm-eval could not run its tasks here; the message says why and what to do."""
+
+
+def _unreachable(error: BaseException | None) -> bool:
+    """Whether an error from lm-eval comes of a network (the Hub) this machine cannot reach: an
+    OSError in its chain (requests' and the Hub's connection errors are), or datasets' word for a
+    data set it could neither fetch nor find cached."""
+    while error is not None:
+        if isinstance(error, OSError) or "not cached" in str(error) or "on the Hub" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def table(results: dict) -> str:

@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -239,10 +240,15 @@ def _read_parquet(path: Path, field: str) -> Iterator[str]:
             f"{path}: no {field!r} column; the columns are: {', '.join(columns)}. "
             f"Set tokenize.text_field to the column that holds the text."
         )
+    row = 0  # of the file, counted across row groups and batches
     for group in range(pf.num_row_groups):
+        first = row
         for batch in pf.iter_batches(batch_size=1024, row_groups=[group], columns=[field]):
-            for i, value in enumerate(batch.column(0).to_pylist()):
-                yield _field(value, path, f"row group {group}, row {i}", field, columns)
+            for value in batch.column(0).to_pylist():
+                yield _field(
+                    value, path, f"row {row} (row {row - first} of row group {group})", field, columns
+                )
+                row += 1
 
 
 def read_file(root: Path, path: Path, errors: str = "strict", field: str = "text") -> Iterator[Document]:
@@ -270,8 +276,34 @@ def read_file(root: Path, path: Path, errors: str = "strict", field: str = "text
             yield Document(stream, piece, i == len(pieces) - 1)
 
 
+def _identity(folder: Path) -> tuple[int, int]:
+    st = folder.stat()
+    return st.st_dev, st.st_ino
+
+
+def _walk(folder: Path, above: frozenset) -> Iterator[Path]:
+    """Every file under ``folder`` in sorted path order, following symlinks (to files and to
+    folders), names starting with ``.`` left out. A link that leads back into a folder it sits in
+    (a loop) and a link to nothing are skipped, each named in a warning."""
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_symlink() and not p.exists():
+            log.warning("skipping %s: a symlink to %s, which does not exist", p, os.readlink(p))
+        elif p.is_dir():
+            identity = _identity(p)
+            if identity in above:
+                log.warning(
+                    "skipping %s: a symlink loop (it leads back to %s, a folder it sits in)", p, p.resolve()
+                )
+                continue
+            yield from _walk(p, above | {identity})
+        elif p.is_file():
+            yield p
+
+
 class Corpus:
-    """A lazy view of a corpus folder."""
+    """A lazy view of a corpus folder: its files in sorted path order, symlinks followed."""
 
     def __init__(self, root: str | Path, text_field: str = "text"):
         self.root = Path(root)
@@ -284,12 +316,8 @@ class Corpus:
                 f"bundled corpus, or point the `corpus` catalog entry at your own folder."
             )
         files = []
-        for p in sorted(self.root.rglob("*")):
-            if (
-                not p.is_file()
-                or suffix_of(p) is None
-                or any(part.startswith(".") for part in p.relative_to(self.root).parts)
-            ):
+        for p in _walk(self.root, frozenset({_identity(self.root)})):
+            if suffix_of(p) is None:
                 continue
             if p.stat().st_size == 0:
                 log.warning("skipping %s: the file is empty", p)

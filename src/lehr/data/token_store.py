@@ -5,14 +5,17 @@ Layout of the tokenize stage's output folder::
     parts/<key>.bin             the tokens of one task (a corpus file; or, under a per-stream
                                 cap, all files of a stream), appended as they are encoded
     parts/.<key>.resume         that part's record, written after its .bin is complete, with the
-                                sizes and modification times of its files (DVC ignores it)
+                                sha256 of each file it encoded and of the .bin (DVC ignores it)
     streams.json                the index of a whole run
     streams-<i>-of-<N>.json     the index of slice i of N (``tokenize.slice``), for runs split
                                 across machines; the shard stage merges the N of them
 
 A part's key hashes what makes its bytes (the tokenizer, the stream, the files' paths, the
-reading settings); its record adds the files' sizes and modification times, so a rerun after a
-kill reuses every finished part whose files are unchanged and encodes only the rest. Names and
+reading settings); its record adds the sha256 of every file it read, so a rerun after a kill
+reuses every finished part whose files hold the same bytes and encodes only the rest (a file's
+size and time prove nothing: ``cp -p``, ``rsync -a`` and ``tar x`` keep them over new content).
+Each index records the plan it was cut from (every task's files, the tokenizer, the settings),
+and slices are merged only when their plans agree. Names and
 bytes depend on the task alone, never on the number of workers or slices or on when the corpus
 was laid out, so every split of the work gives the same folder, and DVC the same hash.
 """
@@ -39,7 +42,7 @@ from tqdm.auto import tqdm
 from lehr.data.corpus import Corpus, Document, read_file, stream_of
 from lehr.data.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
 from lehr.files import locks
-from lehr.files.atomic import fsync_dir, recover, sibling, write_text_atomic
+from lehr.files.atomic import fsync_dir, recover, sha256_file, sibling, write_text_atomic
 
 FORMAT = 2
 READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``
@@ -104,9 +107,21 @@ def _key(task: Task, tokenizer_sha: str, settings: Settings) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _stat(task: Task, root: Path) -> list:
-    stats = [(rel, (root / rel).stat()) for rel in task.files]
-    return [[rel, st.st_size, st.st_mtime_ns] for rel, st in stats]
+def _contents(task: Task, root: Path) -> list:
+    """[file, sha256] of each file the task reads: what a finished part is reused on."""
+    return [[rel, sha256_file(root / rel)] for rel in task.files]
+
+
+def plan_record(tasks: list[Task], tokenizer_sha: str, settings: Settings) -> dict:
+    """What a run's (or slice's) tasks were cut from; two slices merge only under equal plans."""
+    files = [[t.stream, list(t.files)] for t in tasks]
+    blob = json.dumps([files, tokenizer_sha, dataclasses.asdict(settings)], sort_keys=True)
+    return {
+        "sha256": hashlib.sha256(blob.encode()).hexdigest(),
+        "tokenizer_sha256": tokenizer_sha,
+        "settings": dataclasses.asdict(settings),
+        "tasks": files,
+    }
 
 
 RESUME = ".resume"  # suffix of a part's record (``.<key>.resume``), which .dvcignore names
@@ -174,12 +189,17 @@ def encode_task(
 ) -> dict:
     """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
     root, parts = Path(corpus_root), Path(out_dir)
-    key, stat = _key(task, tokenizer_sha, settings), _stat(task, root)
+    key, contents = _key(task, tokenizer_sha, settings), _contents(task, root)
     record_path = parts / f".{key}{RESUME}"
     if record_path.is_file():
         record = json.loads(record_path.read_text())
         done = parts / record["file"]
-        if record["stat"] == stat and done.is_file() and done.stat().st_size == record["n_bytes_on_disk"]:
+        if (
+            record.get("contents") == contents
+            and done.is_file()
+            and done.stat().st_size == record["n_bytes_on_disk"]  # the cheap check first
+            and sha256_file(done) == record["sha256"]
+        ):
             return {**record, "reused": True}
     tok = _WORKER_TOKENIZER.get(tokenizer_sha)
     if tok is None:
@@ -209,7 +229,8 @@ def encode_task(
         "n_bytes": n_bytes,
         "n_tokens": n_tokens,
         "n_bytes_on_disk": final.stat().st_size,
-        "stat": stat,
+        "sha256": sha256_file(final),
+        "contents": contents,
     }
     write_text_atomic(record_path, json.dumps(record))
     return {**record, "reused": False}
@@ -297,6 +318,7 @@ def _encode(
         "tokenizer_sha256": sha,
         "slice": [i, n],
         "n_tasks": len(tasks),
+        "plan": plan_record(tasks, sha, settings),
         "streams": dict(sorted(streams.items())),
     }
 
@@ -361,6 +383,44 @@ class TokenStreams:
                     yield chunk
 
 
+def _check_one_plan(root: Path, indexes: list[dict]) -> None:
+    """Slices merge into one corpus only if each was cut from the same plan: the same files in
+    the same tasks, tokenizer and settings. Otherwise streams would lose or repeat files."""
+    plans = [ix.get("plan") for ix in indexes]
+    if len(indexes) == 1 or all(p and p["sha256"] == plans[0]["sha256"] for p in plans):
+        return
+    first, n = indexes[0], indexes[0]["slice"][1]
+    for ix, plan in zip(indexes[1:], plans[1:]):
+        if plan and plans[0] and plan["sha256"] == plans[0]["sha256"]:
+            continue
+        what = _plan_difference(plans[0], plan)
+        raise TokenStoreError(
+            f"tokenize slices {first['slice'][0]}/{n} and {ix['slice'][0]}/{n} in {root} were cut from "
+            f"different plans ({what}): the corpus, tokenizer or settings changed between them, and "
+            f"merged they would drop some files and repeat others. Re-run every slice on the same corpus "
+            f"(`kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each I)."
+        )
+
+
+def _plan_difference(a: dict | None, b: dict | None) -> str:
+    if not a or not b:
+        return "one of them records no plan: it was written by an earlier lehr"
+    if a["tokenizer_sha256"] != b["tokenizer_sha256"]:
+        return "other tokenizers"
+    if a["settings"] != b["settings"]:
+        keys = sorted(k for k in a["settings"] if a["settings"][k] != b["settings"].get(k))
+        return f"other reading settings: {', '.join(keys)}"
+    files_a = {f for _, fs in a["tasks"] for f in fs}
+    files_b = {f for _, fs in b["tasks"] for f in fs}
+    added, removed = sorted(files_b - files_a), sorted(files_a - files_b)
+    parts = [f"{len(a['tasks'])} against {len(b['tasks'])} tasks"]
+    if added:
+        parts.append(f"only the second has {', '.join(added[:3])}{' ...' if len(added) > 3 else ''}")
+    if removed:
+        parts.append(f"only the first has {', '.join(removed[:3])}{' ...' if len(removed) > 3 else ''}")
+    return "; ".join(parts)
+
+
 def load(root: Path) -> TokenStreams:
     """The whole run's index, or the N slice indexes merged (all N must be there, from one tokenizer)."""
     whole = root / "streams.json"
@@ -393,6 +453,7 @@ def load(root: Path) -> TokenStreams:
         raise TokenStoreError(
             f"the tokenize slices in {root} were encoded with different tokenizers; re-run them all"
         )
+    _check_one_plan(root, indexes)
     streams: dict[str, dict] = {}
     for ix in indexes:
         for name, s in ix["streams"].items():

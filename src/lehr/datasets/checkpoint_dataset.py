@@ -30,13 +30,20 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
     gives the path after checking the checkpoint is there and complete.
     """
 
-    def __init__(self, path: str, produced_by: str = "an earlier stage"):
+    def __init__(self, path: str, produced_by: str = "an earlier stage", runs: str | None = None):
         self._path = Path(path)
         self._produced_by = produced_by
+        self._runs = Path(runs) if runs else None  # the rolling run folders of the stage that makes it
 
     def load(self) -> Path:
         state = self._path / "state.json"
         if not state.is_file():
+            live = self._live_run()
+            if live:
+                raise DatasetError(
+                    f"checkpoint {self._path} does not exist yet: {self._produced_by} is training it now "
+                    f"({live}). Wait for that run to finish, then run again."
+                )
             raise DatasetError(
                 f"checkpoint {self._path} does not exist: run {self._produced_by} first "
                 f"(`dvc repro {self._produced_by}`)"
@@ -48,6 +55,10 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
                 f"{state} is corrupt: re-run {self._produced_by} (`dvc repro --force {self._produced_by}`)"
             ) from None
         return self._path
+
+    def _live_run(self) -> str | None:
+        folders = sorted(self._runs.iterdir()) if self._runs and self._runs.is_dir() else []
+        return next((who for f in folders if f.is_dir() and (who := locks.holder(f))), None)
 
     def save(self, data: Path) -> None:
         with locks.hold(self._path, f"saving {self._path.name}"):

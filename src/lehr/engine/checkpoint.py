@@ -25,6 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
+from lehr.errors import Explained
 from lehr.files.atomic import recover, replace_dir, sha256_file, sibling, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ FORMAT = 2  # 2: state.json carries a checksum beside it
 SLOW_WRITE_ENV = "LEHR_FAULT_SLOW_CHECKPOINT"  # test-only: seconds to pause mid-write (kill tests aim here)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, Explained):
     """A checkpoint that cannot be written or trusted; the message says what to do."""
 
 

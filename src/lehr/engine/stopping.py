@@ -11,11 +11,12 @@ import logging
 from dataclasses import dataclass, field
 
 from lehr.engine.config import StopRule, TrainConfig, task_metric
+from lehr.errors import Explained
 
 log = logging.getLogger("lehr.train")
 
 
-class DivergedError(RuntimeError):
+class DivergedError(RuntimeError, Explained):
     """Too many non-finite steps in a row; the last good checkpoint was left untouched."""
 
 

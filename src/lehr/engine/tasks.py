@@ -48,8 +48,15 @@ class Task:
 def read_task(path: Path) -> Task:
     """A task file, every line checked; the first bad one stops it with ``file:line`` and the problem."""
     examples, kinds = [], set()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
+    raw = path.read_bytes().split(b"\n")
+    for number, data in enumerate(raw, 1):
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TaskError(
+                f"{path}:{number}: not UTF-8 (byte {data[e.start]:#04x} at column {e.start + 1}); save the "
+                f"task file as UTF-8"
+            ) from None
         if not line.strip():
             continue
         where = f"{path}:{number}"

@@ -17,8 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from lehr.errors import Explained
 
-class FolderBusyError(RuntimeError):
+
+class FolderBusyError(RuntimeError, Explained):
     """Another live process holds the folder's lock; the message names it."""
 
 
