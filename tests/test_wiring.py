@@ -14,7 +14,9 @@ from tests import ROOT
 GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())
 # dvc.yaml and the catalog both take the corpus path from conf/base/globals.yml.
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text().replace("${corpus}", GLOBALS["corpus"]))
-CATALOG = OmegaConfigLoader(conf_source=str(ROOT / "conf"), base_env="base", default_run_env="local")["catalog"]
+CATALOG = OmegaConfigLoader(conf_source=str(ROOT / "conf"), base_env="base", default_run_env="local")[
+    "catalog"
+]
 PATHS = {name: path.relative_to(ROOT).as_posix() for name, path in catalog_paths(ROOT, "local").items()}
 KEDRO_STAGES = {k: v for k, v in DVC["stages"].items() if k != "corpus"}  # corpus: `lehr corpus`
 
