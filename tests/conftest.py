@@ -48,7 +48,8 @@ def smoke_repo(tmp_path_factory, corpus_dir) -> Path:
 
     Tests go on to change its workspace (experiments, branches), so the uninterrupted run's
     weights are kept beside it: ``reference/pre_anneal.safetensors`` and
-    ``reference/anneal/<branch>.safetensors``.
+    ``reference/anneal/<branch>.safetensors``, with the whole ``reference/pre_anneal`` folder and
+    ``reference/dvc.lock``.
     """
     path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
     out = sh(path, "dvc", "repro", extra_env={"LEHR_MLFLOW": "1"})
@@ -56,6 +57,8 @@ def smoke_repo(tmp_path_factory, corpus_dir) -> Path:
     reference = path.parent / "reference"
     (reference / "anneal").mkdir(parents=True)
     shutil.copy2(path / "data/06_models/pre_anneal/model.safetensors", reference / "pre_anneal.safetensors")
+    shutil.copytree(path / "data/06_models/pre_anneal", reference / "pre_anneal")  # every file, to the byte
+    shutil.copy2(path / "dvc.lock", reference / "dvc.lock")
     for branch in (path / "data/06_models/anneal").glob("[!.]*"):
         shutil.copy2(branch / "final/model.safetensors", reference / "anneal" / f"{branch.name}.safetensors")
     return path

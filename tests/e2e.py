@@ -59,5 +59,16 @@ def dir_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+def lock_hash(lock: Path, out: str) -> str:
+    """The hash ``dvc.lock`` records for the output ``out``."""
+    import yaml
+
+    for stage in yaml.safe_load(lock.read_text())["stages"].values():
+        for entry in stage.get("outs", []):
+            if entry["path"] == out:
+                return entry["md5"]
+    raise KeyError(f"{out} is not an output in {lock}")
+
+
 def stages_run(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]

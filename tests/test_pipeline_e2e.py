@@ -18,7 +18,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from tests.e2e import dir_hash, env, make_repo, sh, stages_run
+from tests.e2e import dir_hash, env, lock_hash, make_repo, sh, stages_run
 
 pytestmark = pytest.mark.slow
 ALL = ["tokenize", "shard", "pretrain_stable", "anneal", "evaluate"]
@@ -283,6 +283,12 @@ def test_killed_stable_phase_resumes_to_the_same_weights(tmp_path, smoke_repo, c
     a = load_file(repo.parent / "reference" / "pre_anneal.safetensors")
     b = load_file(other / "data/06_models/pre_anneal/model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
+    # Every file of it, to the byte (the optimizer state, the RNGs, the record), so DVC sees the
+    # same pre_anneal as the uninterrupted run's and nothing after it re-runs.
+    assert dir_hash(other / "data/06_models/pre_anneal") == dir_hash(repo.parent / "reference" / "pre_anneal")
+    assert lock_hash(other / "dvc.lock", "data/06_models/pre_anneal") == lock_hash(
+        repo.parent / "reference" / "dvc.lock", "data/06_models/pre_anneal"
+    )
     # MLflow: the killed attempt is closed as KILLED and linked; the finished one holds the whole
     # curve (the history kept before the kill, replayed), the same as the uninterrupted run's.
     runs, client = runs_of(other)
@@ -346,22 +352,19 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
     assert pre_anneal["files"] == state["files"]  # node 0 saved the stage's output
 
 
-def test_an_override_in_conf_local_is_a_change_dvc_sees_and_a_stray_one_is_refused(repo):
+def test_an_override_in_the_profile_is_a_change_dvc_sees_and_a_stray_one_is_refused(repo):
     assert json.loads(sh(repo, "dvc", "status", "--json").stdout) == {}
-    local = repo / "conf/local/parameters_anneal.yml"
-    shipped = local.read_text()
-    local.write_text(shipped.replace("anneal: {}", "anneal: {shape: cosine}"))
+    override = repo / "conf/smoke/parameters_anneal.yml"  # the sandbox's profile is smoke
+    shipped = override.read_text()
+    override.write_text(shipped.replace("anneal:\n", "anneal:\n  shape: cosine\n", 1))
     changed = json.loads(sh(repo, "dvc", "status", "--json").stdout)
     assert set(changed) == {"anneal", "evaluate"}, changed  # the stages that read anneal's params, no others
-    local.write_text(shipped)
-    (repo / "conf/local/parameters_mine.yml").write_text("anneal: {shape: linear}\n")
-    out = sh(repo, "kedro", "run", "--pipeline", "anneal", "--env", "local", check=False)
+    override.write_text(shipped)
+    (repo / "conf/smoke/parameters_mine.yml").write_text("anneal: {shape: linear}\n")
+    out = sh(repo, "kedro", "run", "--pipeline", "anneal", check=False)
     assert out.returncode != 0
-    assert "conf/local/parameters_mine.yml sets anneal, which no stage in dvc.yaml tracks" in out.stderr
-    assert (
-        "parameters_mine.yml"
-        in sh(repo, "python", "-m", "lehr", "check", "--env", "local", check=False).stderr
-    )
+    assert "conf/smoke/parameters_mine.yml sets anneal, which no stage in dvc.yaml tracks" in out.stderr
+    assert "parameters_mine.yml" in sh(repo, "python", "-m", "lehr", "check", check=False).stderr
 
 
 def test_a_task_file_of_your_own_reruns_evaluate_and_is_scored_on_every_model(repo):

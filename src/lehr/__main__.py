@@ -206,6 +206,8 @@ def _check(args: argparse.Namespace) -> int:
         conf_source="conf", base_env="base", default_run_env=env, merge_strategy={"parameters": "soft"}
     )
     problems = check_all(loader["parameters"]) + conf_visibility.untracked(Path.cwd(), env)
+    for note in conf_visibility.unread_overrides(Path.cwd(), env):
+        print(f"note: {note}")
     for p in problems:
         print(f"lehr: {p}", file=sys.stderr)
     if not problems:

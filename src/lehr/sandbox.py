@@ -7,6 +7,7 @@ outputs in its workspace. The end-to-end tests build theirs the same way.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -58,19 +59,30 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
         ignore=lambda d, names: [n for n in names if (Path(d) / n).is_file() and Path(d) / n not in tracked],
     )
     (dest / "conf" / "profile.yaml").write_text(f"profile: {profile}\n")
-    (dest / MARKER).write_text(f"a lehr sandbox of {project.resolve()}; `make smoke` replaces it\n")
+    # Nothing of where or when: two sandboxes of one checkout are one commit, so the commit their
+    # checkpoints record, and so their dvc.lock, are the same.
+    (dest / MARKER).write_text("a lehr sandbox; `make smoke` replaces it\n")
     if corpus is not None:
         shutil.copytree(corpus, catalog_paths(dest, profile)["corpus"])
-    # A throwaway repo commits under its own name: a fresh machine may have no git identity.
+    # A throwaway repo commits under its own name (a fresh machine may have no git identity) and at
+    # the time of the project's own commit, so that the same code makes the same commit.
     who = ["-c", "user.name=lehr sandbox", "-c", "user.email=sandbox@lehr.invalid"]
+    when = _commit_time(project)
     for cmd in (
         ["git", "init", "-q"],
         [sys.executable, "-m", "dvc", "init", "-q"],
         ["git", "add", "-A"],
         ["git", *who, "commit", "-qm", f"lehr sandbox on the {profile} profile"],
     ):
-        subprocess.run(cmd, cwd=dest, check=True)
+        subprocess.run(
+            cmd, cwd=dest, check=True, env={**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        )
     return dest
+
+
+def _commit_time(project: Path) -> str:
+    out = subprocess.run(["git", "log", "-1", "--format=%cI"], cwd=project, capture_output=True, text=True)
+    return out.stdout.strip() or "2000-01-01T00:00:00+00:00"
 
 
 def _tracked(project: Path, folder: Path) -> set[Path]:

@@ -62,6 +62,12 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
 
     def save(self, data: Path) -> None:
         with locks.hold(self._path, f"saving {self._path.name}"):
+            recover(self._path.parent, self._path.name)
+            if self._path.exists() and not (self._path / "state.json").is_file():
+                raise DatasetError(
+                    f"{self._path} exists and is not a checkpoint lehr made (no state.json): lehr never "
+                    f"writes into a folder it did not make. Move it away, then run {self._produced_by} again."
+                )
             copy_dir_atomic(Path(data), self._path)
 
     def _exists(self) -> bool:
