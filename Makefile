@@ -1,8 +1,8 @@
 # The two commands a newcomer needs: `make run` (the whole pipeline) and `make test`.
 PYTHON ?= python3
 VENV ?= .venv
-# torch comes first and from this spec; GPU users pick their CUDA build, e.g.
-#   make run PROFILE=gpu TORCH_SPEC="torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
+# torch comes first and from this spec; GPU users (profile: gpu in conf/profile.yaml) pick their
+# CUDA build, e.g. make run TORCH_SPEC="torch==2.9.1 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
 SMOKE ?= build/smoke
 BIN := $(VENV)/bin

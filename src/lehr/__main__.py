@@ -54,10 +54,13 @@ def _last_eval(state: dict) -> dict:
 
 
 def _branches(args: argparse.Namespace) -> int:
+    from lehr.datasets.branches_dataset import scan
+
     root = Path(args.root) if args.root else _catalog(args)["anneal_branches"]
-    rows = (
-        [p for p in sorted(root.glob("*")) if (p / "final" / "state.json").is_file()] if root.is_dir() else []
-    )
+    branches, left_out = scan(root)  # the listing evaluate and soup read
+    for line in left_out:
+        print(f"left out: {line}", file=sys.stderr)
+    rows = list(branches.values())
     if not rows:
         print(
             f"no anneal branches in {root}; make one with `kedro run --pipeline anneal --params "
@@ -303,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_corpus)
     p = sub.add_parser("branches", help="list the anneal branches")
     p.add_argument("--root", help="default: the catalog's anneal_branches")
+    p.add_argument("--env", help="the profile whose catalog gives the folder; default: the one in force")
     p.set_defaults(func=_branches)
     p = sub.add_parser("info", help="provenance, progress and metrics of a checkpoint")
     p.add_argument("checkpoint")

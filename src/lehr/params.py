@@ -86,7 +86,7 @@ class AnnealParams(Section):
     min_lr: float  # learning rate at the end of the decay
     mix: list  # [[end_fraction, {tier: weight}], ...] phases over the decay; [[1.0, {gold: 1}]] = gold only
     data_seed: int  # a fresh seed, so the anneal does not replay the stable windows
-    init_optimizer: bool  # carry AdamW moments over from pre_anneal
+    init_optimizer: bool  # carry the optimizer's state over (AdamW's moments, Muon's momentum)
     patience: int  # evals without a new best before an early stop; 0 = off
     eval_every: int  # steps
     SECTION: typing.ClassVar[str] = "anneal"

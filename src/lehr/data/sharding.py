@@ -19,14 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lehr.files.atomic import recover, replace_dir, sibling, write_text_atomic
+from lehr.files.atomic import staged_dir, write_text_atomic
 
 MANIFEST_FORMAT = 1
 
@@ -78,11 +77,7 @@ def write_shard_set(
     The new set is built beside ``root`` and swapped in whole, so a failed or killed write (disk
     full, kill -9) leaves the previous shard set as it was and no half-written one in its place.
     """
-    root = Path(root)
-    recover(root.parent, root.name)
-    staging = sibling(root, "tmp")
-    try:
-        staging.mkdir(parents=True)
+    with staged_dir(Path(root)) as staging:
         manifest_streams = {}
         for name in sorted(streams):
             entries = _write_stream(staging, name, streams[name], shard_tokens)
@@ -96,9 +91,6 @@ def write_shard_set(
         }
         write_text_atomic(staging / "tokenizer.json", tokenizer_json)
         write_text_atomic(staging / "manifest.json", json.dumps(manifest, indent=1))
-        replace_dir(staging, root)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return manifest
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 
 from lehr.files import locks
-from lehr.files.atomic import is_leftover, recover, replace_dir, same_tree, sibling
+from lehr.files.atomic import is_leftover, recover, staged_dir
 from lehr.files.names import RULE, is_folder_name
 
 log = logging.getLogger(__name__)
@@ -71,18 +71,13 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
         with locks.hold(target, "saving an anneal branch"):
             recover(self._path, target.name)
             self._check_claimed(target, kind)
-            staging = sibling(target, "tmp")
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-            for item in KEPT:
-                if (run_dir / item).is_dir():
-                    shutil.copytree(run_dir / item, staging / item)
-            if data.get("curve"):
-                (staging / "metrics.jsonl").write_text(data["curve"])
-            if same_tree(staging, target):
-                shutil.rmtree(staging)  # nothing new: the branch stays byte for byte (and mtime) as it was
-                return
-            replace_dir(staging, target)
+            # Nothing new (a finished run run again): the branch stays byte for byte, and mtime, as it was.
+            with staged_dir(target, keep_if_same=True) as staging:
+                for item in KEPT:
+                    if (run_dir / item).is_dir():
+                        shutil.copytree(run_dir / item, staging / item)
+                if data.get("curve"):
+                    (staging / "metrics.jsonl").write_text(data["curve"])
 
     @staticmethod
     def _check_claimed(target: Path, kind: str) -> None:

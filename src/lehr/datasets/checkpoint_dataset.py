@@ -8,19 +8,7 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 
 from lehr.files import locks
-from lehr.files.atomic import recover, replace_dir, same_tree, sibling
-
-
-def copy_dir_atomic(src: Path, dst: Path) -> None:
-    """Copy a folder so that ``dst`` is either the old folder or the complete new one; one that
-    already holds the same bytes is left as it is."""
-    recover(dst.parent, dst.name)
-    if same_tree(src, dst):
-        return
-    tmp = sibling(dst, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    replace_dir(tmp, dst)
+from lehr.files.atomic import recover, staged_dir
 
 
 class CheckpointDataset(AbstractDataset[Path, Path]):
@@ -68,7 +56,9 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
                     f"{self._path} exists and is not a checkpoint lehr made (no state.json): lehr never "
                     f"writes into a folder it did not make. Move it away, then run {self._produced_by} again."
                 )
-            copy_dir_atomic(Path(data), self._path)
+            # The same bytes as before (a finished run run again) leave it as it was, file times too.
+            with staged_dir(self._path, keep_if_same=True) as staging:
+                shutil.copytree(Path(data), staging, dirs_exist_ok=True)
 
     def _exists(self) -> bool:
         return (self._path / "state.json").is_file()

@@ -13,7 +13,7 @@ from lehr.files import locks
 class ShardsDataset(AbstractDataset[ShardSpec, dict]):
     """A self-describing shard set: shard files, ``tokenizer.json`` and ``manifest.json``.
 
-    Saves a ``ShardSpec`` with ``lehr.sharding.write_shard_set`` (built beside the folder and
+    Saves a ``ShardSpec`` with ``lehr.data.sharding.write_shard_set`` (built beside the folder and
     swapped in whole); loads the manifest. Keeping the tokenizer beside the shards lets the training
     engine read one folder and nothing else. The loaded manifest gains ``root``, the folder its
     shard paths are relative to.

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset
 
-from lehr.files.atomic import replace_dir, sibling
+from lehr.files.atomic import staged_dir
 
 
 class TaskFilesDataset(AbstractDataset[dict, dict]):
@@ -26,14 +25,11 @@ class TaskFilesDataset(AbstractDataset[dict, dict]):
         return {p.stem: p for p in sorted(self._path.glob("*.jsonl"))}
 
     def save(self, data: dict[str, list[dict]]) -> None:
-        tmp = sibling(self._path, "tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for name, examples in data.items():
-            (tmp / f"{name}.jsonl").write_text(
-                "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples)
-            )
-        replace_dir(tmp, self._path)
+        with staged_dir(self._path) as tmp:
+            for name, examples in data.items():
+                (tmp / f"{name}.jsonl").write_text(
+                    "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples)
+                )
 
     def _exists(self) -> bool:
         return self._path.is_dir()

@@ -15,7 +15,7 @@ class TokenStreamsDataset(AbstractDataset[dict, TokenStreams]):
 
     The encode node writes the token parts itself as it goes (the ``token_parts`` entry); saving
     here writes the index over them, last, so the folder never claims parts that are not complete.
-    Loading merges the index (or the N slice indexes) into memory-mapped streams.
+    Loading merges the index (or the N slice indexes) into streams read a chunk at a time.
     """
 
     def __init__(self, path: str):

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from lehr.errors import Explained
-from lehr.files.atomic import recover, replace_dir, sha256_file, sibling, write_text_atomic
+from lehr.files.atomic import new_staging, recover, replace_dir, sha256_file, sibling, write_text_atomic
 
 log = logging.getLogger(__name__)
 STATE = "state.json"
@@ -78,7 +78,7 @@ def write(
 ) -> Path:
     """Write a complete checkpoint at ``target``, replacing any old one only once it is whole."""
     with written_or_nothing(target):
-        tmp = stage(target)
+        tmp = new_staging(target)
         save_model(model, str(tmp / "model.safetensors"))
         time.sleep(float(os.environ.get(SLOW_WRITE_ENV, 0)))
         torch.save(optimizer_state, tmp / "optimizer.pt")
@@ -86,18 +86,10 @@ def write(
     return target
 
 
-def stage(target: Path) -> Path:
-    """A new, empty staging folder beside ``target``, where its files are written."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = sibling(target, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    return tmp
-
-
 def commit(tmp: Path, target: Path, state: dict, rng_per_rank: list[dict]) -> None:
-    """Add the RNG states and ``state.json`` (with the sha256 of every file, sharded ones in
-    subfolders included) to a staged checkpoint, fsync it all and swap it in whole."""
+    """The second half of a write into ``files.atomic.new_staging(target)``, apart so that an
+    async save can write its shards in between: add the RNG states and ``state.json`` (with the
+    sha256 of every file, sharded ones in subfolders included), fsync it all and swap it in whole."""
     for rank, rng in enumerate(rng_per_rank):
         torch.save(rng, tmp / f"rng_rank{rank}.pt")
     files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())

@@ -1,4 +1,4 @@
-"""Held-out evaluation: loss, perplexity and bits-per-byte per source; stall detection; samples."""
+"""Held-out evaluation: loss, perplexity and bits-per-byte per source, a unigram baseline, samples."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from lehr.engine.checkpoint import load_weights, verify, written_or_nothing
 from lehr.engine.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
-from lehr.files.atomic import recover, replace_dir, sha256_file, sibling
+from lehr.files.atomic import sha256_file, staged_dir
 
 
 class ExportError(ValueError):
@@ -68,16 +68,8 @@ def checked_tokenizer(checkpoint: Path, tokenizer: Path | None) -> Path:
 
 def _written_whole(out: Path, write) -> Path:
     """Run ``write(folder)`` into a staging folder and swap it in whole."""
-    recover(out.parent, out.name)
-    staging = sibling(out, "tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        with written_or_nothing(out):  # a full disk: a clear error, the earlier export kept
-            write(staging)
-        replace_dir(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with written_or_nothing(out), staged_dir(out) as staging:  # a full disk: said, the earlier export kept
+        write(staging)
     return out
 
 

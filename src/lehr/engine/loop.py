@@ -7,6 +7,7 @@ log, eval or checkpoint step, a stop, or the end), so a GPU queue never drains m
 from __future__ import annotations
 
 import copy
+import gc
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from lehr.engine.tasks import Scorer, evaluate_task, read_task
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
     """Train ``cfg`` from wherever it should start (fresh, resume, branch); returns a summary."""
     d = distributed.setup(cfg.device, cfg.parallel)
+    run = None
     try:
         run = Run(cfg, d, load_callbacks(list(callback_specs)) if d.is_main else [])
         run.start()
@@ -58,6 +60,11 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
                     stop = "signal"
         return run.finish(stop, signals.requested)
     finally:
+        # DDP's reducer goes first, while the process group has other owners: torch frees a reducer
+        # holding the GIL, and a gloo group freed from there waits on a thread that wants the GIL
+        # (a worker hung at exit that way).
+        del run
+        gc.collect()
         distributed.teardown(d)
 
 

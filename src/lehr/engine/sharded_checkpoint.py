@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from lehr.engine import checkpoint, distributed, parallel
+from lehr.files.atomic import new_staging
 
 SHARDS = "dcp"  # the subfolder of a checkpoint that holds the DCP shards
 SCALER = "scaler.pt"  # the grad scaler's state (rank 0's; every rank's is the same)
@@ -58,7 +59,7 @@ class ShardedSaves:
         tmp = None
         if self.d.is_main:
             with checkpoint.written_or_nothing(target):
-                tmp = checkpoint.stage(target)
+                tmp = new_staging(target)
                 torch.save(scaler, tmp / SCALER)
                 tmp = str(tmp)
         tmp = Path(distributed.broadcast_object(tmp, self.d))

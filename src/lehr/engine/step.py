@@ -66,7 +66,9 @@ def update(
     if isinstance(grad_norm, DTensor):  # FSDP: the norm over every rank's shards, on every rank
         grad_norm = grad_norm.full_tensor()
     found_inf = guard.observe(grad_norm, loss)
-    if not scaler.is_enabled():  # fp16: the scaler hands the optimizer its own found_inf
+    # bf16 and fp32: the guard's verdict skips the step on the device (under fp16 the scaler
+    # hands the optimizer its own found_inf instead)
+    if not scaler.is_enabled():
         optimizer.found_inf = found_inf
     scaler.step(optimizer)
     scaler.update()

@@ -7,11 +7,13 @@ A write goes to a sibling ``.tmp-<name>-<pid>``; replacing a folder parks the ol
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,33 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def new_staging(target: Path) -> Path:
+    """A new, empty folder beside ``target`` to build it in (``.tmp-<name>-<pid>``), after clearing
+    what killed writers of ``target`` left."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    recover(target.parent, target.name)
+    staging = sibling(target, "tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    return staging
+
+
+@contextlib.contextmanager
+def staged_dir(target: Path, keep_if_same: bool = False) -> Iterator[Path]:
+    """Build ``target`` whole or not at all: the ``with`` block writes into the folder it is given,
+    which replaces ``target`` only when the block ends without an error; an error (a full disk)
+    removes it and leaves ``target`` as it was, and a kill leaves a ``.tmp-`` folder the next
+    writer clears. With ``keep_if_same``, a build that holds the same bytes as ``target`` leaves
+    ``target`` untouched (its files' times too)."""
+    staging = new_staging(target)
+    try:
+        yield staging
+        if not (keep_if_same and same_tree(staging, target)):
+            replace_dir(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def replace_dir(tmp: Path, dst: Path) -> None:

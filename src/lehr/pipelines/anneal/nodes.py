@@ -8,7 +8,8 @@ import pandas as pd
 
 from lehr.engine.metrics import without_clock
 from lehr.params import AnnealParams, PretrainParams
-from lehr.run_config import anneal_config, anneal_run_dir, branch_name, read_curve, run_engine
+from lehr.reporting import read_curve, stage_metrics
+from lehr.run_config import anneal_config, anneal_run_dir, branch_name, run_engine
 from lehr.tracking import provenance
 
 
@@ -38,18 +39,10 @@ def train_anneal(
 
 
 def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:
-    heldout = summary["heldout"] or {}
-    metrics = {
-        "branch": summary["branch"],
-        "step": summary["step"],
-        "tokens": summary["tokens"],
-        "stopped": summary["stopped"] or "end",
-        "skipped_steps": summary["skips_total"],
-        "skipped_spikes": summary["spikes_total"],
-        "wall_seconds": summary["wall_seconds"],
-        "tok_per_s": summary["tok_per_s"],
-        "best_heldout_loss": summary["best_loss"],
-        "tiers": summary["tiers"],
-        **{source: m for source, m in heldout.items() if isinstance(m, dict)},
-    }
+    metrics = stage_metrics(
+        summary,
+        branch=summary["branch"],
+        stopped=summary["stopped"] or "end",
+        best_heldout_loss=summary["best_loss"],
+    )
     return metrics, read_curve(Path(summary["out_dir"]))

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from lehr.params import PretrainParams
-from lehr.run_config import read_curve, run_engine, stable_config
+from lehr.reporting import read_curve, stage_metrics
+from lehr.run_config import run_engine, stable_config
 from lehr.tracking import provenance
 
 
@@ -20,18 +21,10 @@ def train_stable(
 
 
 def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
-    heldout = summary["heldout"] or {}
-    metrics = {
-        "step": summary["step"],
-        "tokens": summary["tokens"],
-        "anneal_start": summary["anneal_start"],
-        "anneal_reason": summary["anneal_reason"],
-        "skipped_steps": summary["skips_total"],
-        "skipped_spikes": summary["spikes_total"],
-        "wall_seconds": summary["wall_seconds"],
-        "tok_per_s": summary["tok_per_s"],
-        "n_params": summary["n_params"],
-        "tiers": summary["tiers"],
-        **{source: m for source, m in heldout.items() if isinstance(m, dict)},
-    }
+    metrics = stage_metrics(
+        summary,
+        anneal_start=summary["anneal_start"],
+        anneal_reason=summary["anneal_reason"],
+        n_params=summary["n_params"],
+    )
     return metrics, read_curve(Path(summary["out_dir"]))
