@@ -11,7 +11,7 @@ import pytest
 
 from lehr.data.builtin_tasks import documents, last_word, make_tasks, next_sentence
 from lehr.params import EvaluateParams
-from lehr.pipelines.evaluate.nodes import chosen_tasks
+from lehr.scoring import chosen_tasks
 
 DOC_A = (
     "The river rose through the night and the town waited. Boats were tied to every door. "

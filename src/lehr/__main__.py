@@ -131,11 +131,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _model_and_tokenizer(args: argparse.Namespace):
-    import torch
-
     from lehr.engine.export import load_for_inference
+    from lehr.engine.hardware import resolve
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve("auto", "fp32", None).device  # the device a run would pick, in full precision
     model, tokenizer = load_for_inference(
         Path(args.checkpoint), Path(args.tokenizer) if args.tokenizer else None, device
     )
@@ -177,7 +176,9 @@ def _generate(args: argparse.Namespace) -> int:
     import torch
 
     model, tokenizer, device = _model_and_tokenizer(args)
-    ids = torch.tensor([tokenizer.encode(args.prompt).ids or [tokenizer.token_to_id("<|endoftext|>")]])
+    from lehr.engine.tasks import ENDOFTEXT
+
+    ids = torch.tensor([tokenizer.encode(args.prompt).ids or [tokenizer.token_to_id(ENDOFTEXT)]])
     gen = torch.Generator(device=device).manual_seed(args.seed)
     ids, new, shown = ids.to(device), [], ""
     print(args.prompt, end="", flush=True)
@@ -296,95 +297,145 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lehr")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("corpus", help="lay out the bundled corpus in the raw layer")
+# -- the arguments several commands share ------------------------------------------------------
+def _checkpoint_arg(p: argparse.ArgumentParser, exports_too: bool = True) -> None:
+    p.add_argument(
+        "checkpoint",
+        help="a checkpoint, or a folder made by `lehr export` (plain or --hf)" if exports_too else None,
+    )
+
+
+def _tokenizer_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
+    p.add_argument(
+        "--tokenizer", help=f"default: the tokenizer of the shards the checkpoint trained on{extra}"
+    )
+
+
+def _env_arg(p: argparse.ArgumentParser, default: str = "the one in force") -> None:
+    p.add_argument("--env", help=f"the profile (Kedro environment); default: {default}")
+
+
+def _batch_size_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch-size", type=int, default=16)
+
+
+# -- one builder per command --------------------------------------------------------------------
+def _corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", required=True, help="a folder that does not exist yet (dvc.yaml's corpus stage names it)"
     )
-    p.set_defaults(func=_corpus)
-    p = sub.add_parser("branches", help="list the anneal branches")
+
+
+def _branches_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", help="default: the catalog's anneal_branches")
-    p.add_argument("--env", help="the profile whose catalog gives the folder; default: the one in force")
-    p.set_defaults(func=_branches)
-    p = sub.add_parser("info", help="provenance, progress and metrics of a checkpoint")
-    p.add_argument("checkpoint")
+    _env_arg(p)
+
+
+def _info_args(p: argparse.ArgumentParser) -> None:
+    _checkpoint_arg(p, exports_too=False)
     p.add_argument("--config", action="store_true", help="also print the full resolved config")
-    p.set_defaults(func=_info)
-    p = sub.add_parser("export", help="export a checkpoint for use outside lehr")
-    p.add_argument("checkpoint")
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    _checkpoint_arg(p, exports_too=False)
     p.add_argument("out")
     p.add_argument(
         "--hf",
         action="store_true",
         help="a Hugging Face folder: LlamaForCausalLM, or Qwen3ForCausalLM with qk_norm (needs transformers)",
     )
-    p.add_argument(
-        "--tokenizer",
-        help="default: the tokenizer of the shards the checkpoint trained on; either "
-        "way it must be the one the checkpoint recorded (sha256)",
-    )
-    p.set_defaults(func=_export)
-    p = sub.add_parser("check", help="validate every stage's params under a profile without running anything")
-    p.add_argument("--env", help="the Kedro environment (profile); default: the one in conf/profile.yaml")
-    p.set_defaults(func=_check)
-    p = sub.add_parser("eval", help="score a checkpoint on a task file (JSONL: multiple choice or cloze)")
-    p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
+    _tokenizer_arg(p, "; either way it must be the one the checkpoint recorded (sha256)")
+
+
+def _eval_args(p: argparse.ArgumentParser) -> None:
+    _checkpoint_arg(p)
     p.add_argument(
         "--task", required=True, help='{"context", "choices", "label"} or {"context", "target"} lines'
     )
     p.add_argument("--limit", type=int, help="the first N examples only")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
-    p.set_defaults(func=_eval)
-    p = sub.add_parser(
-        "lm-eval", help='lm-evaluation-harness tasks on a checkpoint (pip install -e ".[lm-eval]")'
-    )
-    p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
+    _batch_size_arg(p)
+    _tokenizer_arg(p)
+
+
+def _lm_eval_args(p: argparse.ArgumentParser) -> None:
+    _checkpoint_arg(p)
     p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names, e.g. hellaswag,piqa")
     p.add_argument("--include-path", help="a folder of lm-eval task YAML files (your own, local data)")
     p.add_argument("--limit", type=int, help="the first N examples of each task only")
     p.add_argument("--num-fewshot", type=int)
-    p.add_argument("--batch-size", type=int, default=16)
+    _batch_size_arg(p)
     p.add_argument("--output", help="write lm-eval's results JSON here")
     p.add_argument("--log-samples", help="write each example's requests and responses here (JSONL)")
-    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
-    p.set_defaults(func=_lm_eval)
-    p = sub.add_parser("generate", help="sample text from a checkpoint, streamed to stdout")
-    p.add_argument("checkpoint", help="a checkpoint, or a folder made by `lehr export` (plain or --hf)")
+    _tokenizer_arg(p)
+
+
+def _generate_args(p: argparse.ArgumentParser) -> None:
+    _checkpoint_arg(p)
     p.add_argument("--prompt", default="The")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tokenizer", help="default: the tokenizer of the shards the checkpoint trained on")
-    p.set_defaults(func=_generate)
-    p = sub.add_parser(
-        "sandbox", help="a throwaway copy of this project on a profile, as its own git + DVC repo"
-    )
+    _tokenizer_arg(p)
+
+
+def _sandbox_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dest")
     p.add_argument("--profile", default="smoke")
-    p.set_defaults(func=_sandbox)
-    p = sub.add_parser("runs", help="list the rolling run folders (resume points of each configuration)")
-    p.add_argument("--env", help="the profile whose catalog gives the folders; default: the one in force")
-    p.set_defaults(func=_runs)
-    p = sub.add_parser("prune", help="remove rolling run folders that nothing in the workspace came from")
-    p.add_argument("--env", help="the profile whose catalog gives the folders; default: the one in force")
+
+
+def _prune_args(p: argparse.ArgumentParser) -> None:
+    _env_arg(p)
     p.add_argument(
         "--unfinished", action="store_true", help="also runs that stopped part way (their progress is lost)"
     )
     p.add_argument("--yes", action="store_true", help="remove them; without it, only say what would go")
-    p.set_defaults(func=_prune)
-    p = sub.add_parser(
-        "join", help="on node i > 0 of a run across machines: train its share (node 0 runs the stage)"
-    )
+
+
+def _join_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("stage", help="pretrain_stable or anneal")
-    p.add_argument("--env", help="the profile node 0 runs; default: the one in conf/profile.yaml")
+    _env_arg(p, "the one in conf/profile.yaml, which node 0 runs")
     p.add_argument(
         "--params", default="", help="node 0's --params, with this node's pretrain.launch.node_rank"
     )
-    p.set_defaults(func=_join)
+
+
+# name: (what it does, its arguments, what runs it)
+COMMANDS = {
+    "corpus": ("lay out the bundled corpus in the raw layer", _corpus_args, _corpus),
+    "branches": ("list the anneal branches", _branches_args, _branches),
+    "info": ("provenance, progress and metrics of a checkpoint", _info_args, _info),
+    "export": ("export a checkpoint for use outside lehr", _export_args, _export),
+    "check": ("validate every stage's params under a profile without running anything", _env_arg, _check),
+    "eval": ("score a checkpoint on a task file (JSONL: multiple choice or cloze)", _eval_args, _eval),
+    "lm-eval": (
+        'lm-evaluation-harness tasks on a checkpoint (pip install -e ".[lm-eval]")',
+        _lm_eval_args,
+        _lm_eval,
+    ),
+    "generate": ("sample text from a checkpoint, streamed to stdout", _generate_args, _generate),
+    "sandbox": (
+        "a throwaway copy of this project on a profile, as its own git + DVC repo",
+        _sandbox_args,
+        _sandbox,
+    ),
+    "runs": ("list the rolling run folders (resume points of each configuration)", _env_arg, _runs),
+    "prune": ("remove rolling run folders that nothing in the workspace came from", _prune_args, _prune),
+    "join": (
+        "on node i > 0 of a run across machines: train its share (node 0 runs the stage)",
+        _join_args,
+        _join,
+    ),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lehr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (summary, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=summary)
+        add_arguments(p)
+        p.set_defaults(func=run)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,10 +1,15 @@
-"""What the training stages report: their metrics (DVC metrics, MLflow) and curves (DVC plots),
-built from the engine's run summary and the run's ``metrics.jsonl``."""
+"""What the stages report beside their models: the training stages' metrics (DVC metrics,
+MLflow) and curves (DVC plots) from the engine's run summary and ``metrics.jsonl``, and the
+evaluate stage's figures."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the PNG is for people without a display or internet
+import matplotlib.pyplot as plt
 import pandas as pd
 
 
@@ -29,3 +34,87 @@ def read_curve(run_dir: Path) -> pd.DataFrame:
     """The run's metrics.jsonl as a table (DVC plots and the evaluate stage read it)."""
     frame = pd.read_json(run_dir / "metrics.jsonl", lines=True)
     return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])
+
+
+def plot_tasks(metrics: dict) -> plt.Figure:
+    """Task accuracy per model (pre_anneal and each branch scored), with standard errors and chance."""
+    models = {"pre_anneal": metrics["pre_anneal"], **metrics.get("branches", {})}
+    tasks = sorted(metrics["pre_anneal"].get("tasks", {}))
+    fig, ax = plt.subplots(figsize=(9, 1.5 + 0.5 * max(1, len(tasks)) * len(models) / 2))
+    if not tasks:
+        ax.text(0.5, 0.5, "no tasks (evaluate.tasks)", ha="center", va="center")
+        ax.axis("off")
+        return fig
+    height = 0.8 / len(models)
+    for m, (name, result) in enumerate(models.items()):
+        accs = [result["tasks"][t]["acc"] for t in tasks]
+        errs = [result["tasks"][t]["acc_stderr"] for t in tasks]
+        ax.barh([i + m * height for i in range(len(tasks))], accs, height, xerr=errs, label=name)
+    for i, t in enumerate(tasks):
+        chance = metrics["pre_anneal"]["tasks"][t]["chance"]
+        ax.plot([chance, chance], [i - height / 2, i + 0.8 - height / 2], "k:", linewidth=1)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(tasks))], tasks)
+    ax.set_xlabel("accuracy (bars: standard error; dotted: chance)")
+    ax.set_xlim(0, 1)
+    ax.legend(fontsize="small")
+    ax.set_title("lehr: task accuracy per model")
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple[pd.DataFrame, plt.Figure]:
+    """Train loss, held-out loss, task accuracy (when the runs scored tasks) and LR across stable +
+    anneal, as a table (DVC plots) and a PNG."""
+    curves = pd.concat(
+        [stable_curve.assign(phase="stable"), anneal_curve.assign(phase="anneal")], ignore_index=True
+    )
+    keep = [
+        c
+        for c in (
+            "step",
+            "phase",
+            "kind",
+            "loss",
+            "lr",
+            "grad_norm",
+            "tok_per_s",
+            "heldout.loss",
+            "heldout.bpb",
+        )
+        if c in curves.columns
+    ]
+    task_accs = sorted(c for c in curves.columns if c.startswith("tasks.") and c.endswith(".acc"))
+    curves = curves[keep + task_accs].sort_values(["step", "kind"]).reset_index(drop=True)
+    panels = 3 if task_accs else 2
+    fig, axes = plt.subplots(
+        panels,
+        1,
+        figsize=(9, 7 + 2 * (panels - 2)),
+        sharex=True,
+        height_ratios=[3, 2, 1][:panels] if task_accs else [3, 1],
+    )
+    ax_loss, ax_lr = axes[0], axes[-1]
+    if task_accs:
+        for col in task_accs:
+            ev = curves[curves.kind == "eval"].dropna(subset=[col])
+            axes[1].plot(
+                ev.step, ev[col], "o-", markersize=3, label=col.removeprefix("tasks.").removesuffix(".acc")
+            )
+        axes[1].set_ylabel("task accuracy")
+        axes[1].legend(fontsize="small")
+    for phase in ("stable", "anneal"):
+        part = curves[curves.phase == phase]
+        train, ev = part[part.kind == "train"], part[part.kind == "eval"]
+        ax_loss.plot(train.step, train.loss, "-", alpha=0.6, label=f"train loss ({phase})")
+        ax_loss.plot(ev.step, ev["heldout.loss"], "o-", label=f"held-out loss ({phase})")
+        ax_lr.plot(train.step, train.lr, "-", label=phase)
+    if len(stable_curve):  # the stable phase ends where the anneal starts
+        for ax in axes:
+            ax.axvline(stable_curve.step.max(), color="grey", linestyle=":", linewidth=1)
+    ax_loss.set_ylabel("loss (nats/token)")
+    ax_loss.legend()
+    ax_loss.set_title("lehr: stable phase and anneal")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel("optimizer step")
+    fig.tight_layout()
+    return curves, fig

@@ -1,0 +1,142 @@
+"""Which models the evaluate stage scores and how: ``pre_anneal`` and the branches of it that
+compare with it, on the held-out split and on every task; plain Python, no Kedro. The evaluate
+stage's node hands it the catalog's datasets and the params."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from lehr.engine.data import ShardSet
+from lehr.engine.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
+from lehr.engine.hardware import resolve
+from lehr.engine.tasks import Scorer, Task, evaluate_task, read_task
+from lehr.files.atomic import sha256_file
+from lehr.params import AnnealParams, EvaluateParams, PretrainParams
+from lehr.run_config import branch_name
+from lehr.tracking.provenance import branched_from
+
+log = logging.getLogger(__name__)
+
+
+def scored_weights(branch: Path) -> tuple[str, Path]:
+    """What a branch ships: ``best`` if it stopped early (its final step is short of its planned
+    end) and kept a best, else ``final``."""
+    state = json.loads((branch / "final" / "state.json").read_text())
+    end = state["config"].get("end_step") or state["config"]["total_steps"]
+    if state["progress"]["step"] < end and (branch / "best" / "state.json").is_file():
+        return "best", branch / "best"
+    return "final", branch / "final"
+
+
+def chosen_branches(
+    branches: dict[str, Path],
+    pretrain: PretrainParams,
+    anneal: AnnealParams,
+    params: EvaluateParams,
+    pre_anneal: Path,
+) -> list[str]:
+    """The current branch and those ``evaluate.branches`` names. Branches live side by side across
+    stable phases, but only those of this ``pre_anneal`` compare with it: ``all`` leaves the
+    others out, saying so, and naming one of them is refused."""
+    current = branch_name(pretrain, anneal)
+    wanted = sorted(branches) if params.branches == ["all"] else [current, *params.branches]
+    missing = [b for b in wanted if b not in branches]
+    if missing:
+        raise ValueError(
+            f"unknown anneal branch(es) {', '.join(missing)}; the branches are: "
+            f"{', '.join(sorted(branches)) or 'none'}. "
+            f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
+        )
+    ours = sha256_file(pre_anneal / "state.json")
+    stale = [b for b in wanted if branched_from(branches[b] / "final") not in (ours, None)]
+    named = [b for b in stale if b == current or params.branches != ["all"]]
+    if named:
+        raise ValueError(
+            f"anneal branch(es) {', '.join(named)} in {next(iter(branches.values())).parent} started "
+            f"from another pre_anneal than {pre_anneal} (an earlier stable phase), so they do not "
+            f"compare with it. Re-make one from this pre_anneal with `kedro run --pipeline anneal "
+            f"--params anneal.branch=NAME`, or leave it out of evaluate.branches."
+        )
+    if stale:
+        log.info(
+            "evaluate: left out anneal branch(es) of an earlier stable phase (another pre_anneal): %s",
+            ", ".join(stale),
+        )
+    return [b for b in dict.fromkeys(wanted) if b not in stale]
+
+
+def chosen_tasks(
+    heldout_tasks: dict[str, Path], user_tasks: dict[str, Path], params: EvaluateParams
+) -> list[Task]:
+    """The tasks ``evaluate.tasks`` names (``all``: every built-in and user task), read and checked."""
+    available = {**heldout_tasks, **user_tasks}
+    clash = sorted(set(heldout_tasks) & set(user_tasks))
+    if clash:
+        raise ValueError(
+            f"user task(s) {', '.join(clash)} in {next(iter(user_tasks.values())).parent} have the "
+            f"name of a built-in task; rename the file(s)"
+        )
+    wanted = sorted(available) if params.tasks == ["all"] else params.tasks
+    missing = [t for t in wanted if t not in available]
+    if missing:
+        raise ValueError(
+            f"unknown task(s) {', '.join(missing)} in evaluate.tasks; the tasks are: "
+            f"{', '.join(sorted(available)) or 'none'}"
+        )
+    return [read_task(available[t]) for t in wanted]
+
+
+def evaluate_models(
+    shards: dict,
+    pre_anneal: Path,
+    branches: dict[str, Path],
+    heldout_tasks: dict[str, Path],
+    user_tasks: dict[str, Path],
+    pretrain: PretrainParams,
+    anneal: AnnealParams,
+    params: EvaluateParams,
+) -> tuple[dict, str]:
+    names = chosen_branches(branches, pretrain, anneal, params, pre_anneal)
+    tasks = chosen_tasks(heldout_tasks, user_tasks, params)
+    hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
+    # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
+    weights = {b: scored_weights(branches[b]) for b in names}
+    models = {("pre_anneal",): pre_anneal, **{("branches", b): weights[b][1] for b in names}}
+    first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
+    shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
+    held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
+    tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
+    metrics: dict = {
+        "unigram": unigram_bpb(
+            [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size
+        )
+    }
+    samples = []
+    for name, path in models.items():
+        model = first if path == pre_anneal else load_model(path, hw.device)
+        with torch.no_grad():
+            result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
+        node = metrics
+        for part in name:
+            node = node.setdefault(part, {})
+        node.update(result)
+        scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
+        if tasks:
+            node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
+        text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
+        samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
+    for b in names:
+        metrics["branches"][b]["weights"] = weights[b][0]  # says which weights were scored
+    current = branch_name(pretrain, anneal)
+    metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
+    metrics["anneal_gain"] = {
+        key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
+        for key in metrics["pre_anneal"]
+        if key != "tasks"
+    }
+    return metrics, "\n".join(samples)
