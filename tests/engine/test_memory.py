@@ -73,3 +73,16 @@ def test_the_optimizer_state_estimate_is_what_the_optimizer_keeps(tiny_config, o
     opt.step()
     kept = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if t.dim() > 0)
     assert kept == estimate(cfg.model, Setup(4, 1, "ddp", "fp32", "none", optimizer)).optimizer
+
+
+def test_a_muon_run_is_offered_only_what_the_config_accepts(tiny_config):
+    """Muon does not run under FSDP (the config refuses it), so the estimate never suggests FSDP
+    alone to a Muon run: each option it names is one TrainConfig accepts."""
+    with pytest.raises(MemoryError) as e:
+        check_fits(preset("llama-1b", 32000), Setup(16, 8, "ddp", "bf16", "none", "muon"), 24 * GIB)
+    message = str(e.value)
+    assert "pretrain.parallel: fsdp with pretrain.optimizer: adamw" in message
+    assert "pretrain.parallel: fsdp:" not in message
+    tiny_config(parallel="fsdp", optimizer="adamw")  # the suggestion is a config that is accepted
+    with pytest.raises(ValueError, match="optimizer"):
+        tiny_config(parallel="fsdp", optimizer="muon")

@@ -55,7 +55,10 @@ class TokenStoreError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class EncodeJob:
+    """One part to encode: a corpus file, or under a per-stream cap all files of a stream (not an
+    eval task: those are ``engine.tasks.Task``)."""
+
     index: int
     stream: str
     files: tuple[str, ...]  # relative to the corpus root, in read order
@@ -71,18 +74,18 @@ class Settings:
     batch_size: int
 
 
-def plan(corpus: Corpus, cap: int) -> list[Task]:
+def plan(corpus: Corpus, cap: int) -> list[EncodeJob]:
     """One task per file; under a per-stream cap one per stream (the cap runs across its files)."""
     files = corpus.files()
     if not cap:
         return [
-            Task(i, stream_of(corpus.root, f), (str(f.relative_to(corpus.root)),))
+            EncodeJob(i, stream_of(corpus.root, f), (str(f.relative_to(corpus.root)),))
             for i, f in enumerate(files)
         ]
     by_stream: dict[str, list[str]] = {}
     for f in files:
         by_stream.setdefault(stream_of(corpus.root, f), []).append(str(f.relative_to(corpus.root)))
-    return [Task(i, s, tuple(fs)) for i, (s, fs) in enumerate(by_stream.items())]
+    return [EncodeJob(i, s, tuple(fs)) for i, (s, fs) in enumerate(by_stream.items())]
 
 
 def parse_slice(spec: str) -> tuple[int, int]:
@@ -93,7 +96,7 @@ def parse_slice(spec: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
-def _key(task: Task, tokenizer_sha: str, settings: Settings) -> str:
+def _key(task: EncodeJob, tokenizer_sha: str, settings: Settings) -> str:
     blob = json.dumps(
         {
             "format": FORMAT,
@@ -107,12 +110,12 @@ def _key(task: Task, tokenizer_sha: str, settings: Settings) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _contents(task: Task, root: Path) -> list:
+def _contents(task: EncodeJob, root: Path) -> list:
     """[file, sha256] of each file the task reads: what a finished part is reused on."""
     return [[rel, sha256_file(root / rel)] for rel in task.files]
 
 
-def plan_record(tasks: list[Task], tokenizer_sha: str, settings: Settings) -> dict:
+def plan_record(tasks: list[EncodeJob], tokenizer_sha: str, settings: Settings) -> dict:
     """What a run's (or slice's) tasks were cut from; two slices merge only under equal plans."""
     files = [[t.stream, list(t.files)] for t in tasks]
     blob = json.dumps([files, tokenizer_sha, dataclasses.asdict(settings)], sort_keys=True)
@@ -139,14 +142,14 @@ def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
         starting = doc.last
 
 
-def task_documents(task: Task, root: Path, settings: Settings) -> Iterator[Document]:
+def task_documents(task: EncodeJob, root: Path, settings: Settings) -> Iterator[Document]:
     docs = (
         d for rel in task.files for d in read_file(root, root / rel, settings.errors, settings.text_field)
     )
     return _capped(docs, settings.cap)
 
 
-def sample_task(task: Task, corpus_root: str, settings: Settings, max_bytes: int) -> list:
+def sample_task(task: EncodeJob, corpus_root: str, settings: Settings, max_bytes: int) -> list:
     """One task's own BPE sample, as heap items (a worker's share of ``training_sample``)."""
     heap = SampleHeap(max_bytes)
     for doc in task_documents(task, Path(corpus_root), settings):
@@ -185,7 +188,12 @@ def _worker_init() -> None:
 
 
 def encode_task(
-    task: Task, corpus_root: str, out_dir: str, tokenizer_json: str, tokenizer_sha: str, settings: Settings
+    task: EncodeJob,
+    corpus_root: str,
+    out_dir: str,
+    tokenizer_json: str,
+    tokenizer_sha: str,
+    settings: Settings,
 ) -> dict:
     """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
     root, parts = Path(corpus_root), Path(out_dir)
@@ -236,7 +244,7 @@ def encode_task(
     return {**record, "reused": False}
 
 
-def _run(tasks: list[Task], workers: int, args: tuple) -> Iterator[dict]:
+def _run(tasks: list[EncodeJob], workers: int, args: tuple) -> Iterator[dict]:
     if workers <= 1 or len(tasks) <= 1:
         for t in tasks:
             yield encode_task(t, *args)

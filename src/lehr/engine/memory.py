@@ -96,10 +96,15 @@ def check_fits(cfg: ModelConfig, setup: Setup, device_bytes: int | None) -> Esti
     if device_bytes is None or est.total <= HEADROOM * device_bytes:
         return est
     smaller = max(1, setup.micro_batch // 4)
+    # Only what the config accepts: Muon does not run under FSDP (TrainConfig.check), so with Muon
+    # the FSDP options name AdamW too.
+    fsdp, label = dict(parallel="fsdp"), "pretrain.parallel: fsdp"
+    if setup.optimizer == "muon":
+        fsdp, label = dict(fsdp, optimizer="adamw"), f"{label} with pretrain.optimizer: adamw"
     changes = {
-        "pretrain.parallel: fsdp": dict(parallel="fsdp"),
+        label: fsdp,
         "pretrain.activation_checkpointing: blocks": dict(activation_checkpointing="blocks"),
-        "both": dict(parallel="fsdp", activation_checkpointing="blocks"),
+        "both": dict(fsdp, activation_checkpointing="blocks"),
         f"pretrain.micro_batch: {smaller}": dict(micro_batch=smaller),
     }
     options = []
