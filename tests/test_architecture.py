@@ -98,7 +98,7 @@ def test_the_engine_knows_nothing_of_kedro_dvc_or_mlflow():
             for name in names:
                 assert name.split(".")[0] not in ("kedro", "dvc", "mlflow"), (path, name)
                 assert not name.startswith(
-                    ("lehr.pipelines", "lehr.params", "lehr.run_config", "lehr.tracking")
+                    ("lehr.pipelines", "lehr.params", "lehr.run_config", "lehr.training", "lehr.tracking")
                 ), (path, name)
 
 

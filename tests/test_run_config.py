@@ -119,7 +119,7 @@ def test_nothing_listens_beyond_loopback_by_default():
 
 def test_a_stage_across_machines_runs_on_node_0_under_the_static_rendezvous():
     from lehr.engine.config import Launch
-    from lehr.run_config import check_stage_node
+    from lehr.training import check_stage_node
 
     check_stage_node(Launch())
     check_stage_node(Launch(nnodes=2, node_rank=0))

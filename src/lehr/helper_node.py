@@ -19,8 +19,7 @@ from lehr.engine import launch
 from lehr.engine.config import TrainConfig
 from lehr.engine.parts import from_mapping
 from lehr.params import AnnealParams, PretrainParams
-from lehr.run_config import anneal_config, anneal_run_dir, branch_name, check_stage_node, stable_config
-from lehr.tracking import provenance
+from lehr.training import anneal_job, check_stage_node, stable_job
 
 STAGES = ("pretrain_stable", "anneal")
 
@@ -49,16 +48,11 @@ def stage_config(
         catalog, values = context.catalog, context.params
         pretrain = _typed(PretrainParams, values["pretrain"], "pretrain")
         shards, tasks = catalog.load("shards"), catalog.load("heldout_tasks")
-        if stage == "pretrain_stable":
-            cfg = stable_config(
-                pretrain, shards, catalog.load("stable_run"), provenance.collect(stage, shards), tasks
-            )
-            return cfg, pretrain
+        if stage == "pretrain_stable":  # the same jobs as the stages' nodes build
+            return stable_job(pretrain, shards, catalog.load("stable_run"), tasks), pretrain
         anneal = _typed(AnnealParams, values["anneal"], "anneal")
-        pre_anneal = catalog.load("pre_anneal")
-        run_dir = anneal_run_dir(catalog.load("anneal_runs"), branch_name(pretrain, anneal), pre_anneal)
-        prov = provenance.collect(stage, shards, {"pre_anneal": pre_anneal})
-        return anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, prov, tasks), pretrain
+        runs = catalog.load("anneal_runs")
+        return anneal_job(pretrain, anneal, shards, catalog.load("pre_anneal"), runs, tasks)[0], pretrain
 
 
 def _typed(cls: type, value, section: str):

@@ -1,7 +1,7 @@
-"""Stage params -> the engine's ``TrainConfig``, and running it: the one place the Kedro glue
-meets the engine. The params already hold the engine's config parts (``lehr.params``); what is
-computed here is only what derives from several settings or from the data: the model for the
-tokenizer's vocabulary, the stop rule, the branch's decay, the run folders."""
+"""Stage params -> the engine's ``TrainConfig`` (``lehr.training`` runs it). The params already
+hold the engine's config parts (``lehr.params``); what is computed here is only what derives
+from several settings or from the data: the model for the tokenizer's vocabulary, the stop rule,
+the branch's decay, the run folders."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from lehr.engine import launch
-from lehr.engine.config import SHARED_PARTS, Launch, StopRule, TrainConfig
+from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
 from lehr.project import portable
-from lehr.tracking import runs as tracking
 
 
 def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
@@ -148,39 +146,3 @@ def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_a
             f"--env {ours}`). The profile `dvc repro` and a bare `kedro run` use is the one in "
             "conf/profile.yaml."
         )
-
-
-def check_stage_node(lc: Launch, helper: bool = False) -> None:
-    """Across machines, the stage runs on node 0, which the static rendezvous gives rank 0, and
-    ``lehr join`` on the others (``helper``); refused before any work otherwise, naming the command."""
-    if helper and (lc.nnodes == 1 or lc.node_rank == 0):
-        raise ValueError(
-            f"`lehr join` is for nodes 1 .. nnodes-1 of a run across machines (here nnodes = {lc.nnodes}, "
-            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `kedro run --pipeline <stage>`"
-        )
-    if lc.nnodes == 1:
-        return
-    if not helper and lc.node_rank != 0:
-        raise ValueError(
-            f"pretrain.launch.node_rank = {lc.node_rank}: the stage runs on node 0, which writes its "
-            "outputs; on this node run `python -m lehr join <stage>` with the same --env and --params"
-        )
-    if lc.rdzv_backend != "static":
-        raise ValueError(
-            f"pretrain.launch.rdzv_backend = {lc.rdzv_backend!r}: a stage across machines needs "
-            "`static`, which gives node 0 (where the stage saves its outputs) rank 0"
-        )
-
-
-def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
-    """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
-    (its checkpoint is saved, and running the stage again resumes it)."""
-    check_stage_node(params.launch)
-    tracking.mark_attempt(cfg.out_dir)
-    summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
-    if summary["stopped"] == "signal":
-        raise RuntimeError(
-            f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
-            f"{summary['out_dir']}: run the stage again to resume"
-        )
-    return summary

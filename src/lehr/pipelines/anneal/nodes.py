@@ -9,8 +9,7 @@ import pandas as pd
 from lehr.engine.metrics import without_clock
 from lehr.params import AnnealParams, PretrainParams
 from lehr.reporting import read_curve, stage_metrics
-from lehr.run_config import anneal_config, anneal_run_dir, branch_name, run_engine
-from lehr.tracking import provenance
+from lehr.training import anneal_job, run_engine
 
 
 def train_anneal(
@@ -21,18 +20,9 @@ def train_anneal(
     pretrain: PretrainParams,
     anneal: AnnealParams,
 ) -> tuple[dict, dict]:
-    branch = branch_name(pretrain, anneal)
-    run_dir = anneal_run_dir(anneal_runs, branch, pre_anneal)
-    cfg = anneal_config(
-        pretrain,
-        anneal,
-        shards,
-        pre_anneal,
-        run_dir,
-        provenance.collect("anneal", shards, {"pre_anneal": pre_anneal}),
-        tasks,
-    )
+    cfg, branch = anneal_job(pretrain, anneal, shards, pre_anneal, anneal_runs, tasks)
     summary = run_engine(cfg, pretrain)
+    run_dir = Path(cfg.out_dir)
     # The branch is versioned by DVC: its curve goes without the clock readings (the run folder's keeps them).
     curve = without_clock((run_dir / "metrics.jsonl").read_text())
     return {"branch": branch, "run_dir": str(run_dir), "curve": curve}, {**summary, "branch": branch}

@@ -8,15 +8,13 @@ import pandas as pd
 
 from lehr.params import PretrainParams
 from lehr.reporting import read_curve, stage_metrics
-from lehr.run_config import run_engine, stable_config
-from lehr.tracking import provenance
+from lehr.training import run_engine, stable_job
 
 
 def train_stable(
     shards: dict, run_dir: Path, tasks: dict[str, Path], params: PretrainParams
 ) -> tuple[Path, dict]:
-    cfg = stable_config(params, shards, run_dir, provenance.collect("pretrain_stable", shards), tasks)
-    summary = run_engine(cfg, params)
+    summary = run_engine(stable_job(params, shards, run_dir, tasks), params)
     return Path(summary["pre_anneal"]), summary
 
 

@@ -1,0 +1,69 @@
+"""Running a training stage: its job (the engine config, built from the stage's params and the
+catalog's data the same way for the Kedro node and for ``lehr join`` on another machine), the
+rules of a run across machines, and the run itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lehr.engine import launch
+from lehr.engine.config import Launch, TrainConfig
+from lehr.params import AnnealParams, PretrainParams
+from lehr.run_config import anneal_config, anneal_run_dir, branch_name, stable_config
+from lehr.tracking import provenance
+from lehr.tracking import runs as tracking
+
+
+def stable_job(pretrain: PretrainParams, shards: dict, runs_root: Path, tasks: dict) -> TrainConfig:
+    return stable_config(pretrain, shards, runs_root, provenance.collect("pretrain_stable", shards), tasks)
+
+
+def anneal_job(
+    pretrain: PretrainParams,
+    anneal: AnnealParams,
+    shards: dict,
+    pre_anneal: Path,
+    runs_root: Path,
+    tasks: dict,
+) -> tuple[TrainConfig, str]:
+    """The branch's config and its name."""
+    branch = branch_name(pretrain, anneal)
+    run_dir = anneal_run_dir(runs_root, branch, pre_anneal)
+    prov = provenance.collect("anneal", shards, {"pre_anneal": pre_anneal})
+    return anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, prov, tasks), branch
+
+
+def check_stage_node(lc: Launch, helper: bool = False) -> None:
+    """Across machines, the stage runs on node 0, which the static rendezvous gives rank 0, and
+    ``lehr join`` on the others (``helper``); refused before any work otherwise, naming the command."""
+    if helper and (lc.nnodes == 1 or lc.node_rank == 0):
+        raise ValueError(
+            f"`lehr join` is for nodes 1 .. nnodes-1 of a run across machines (here nnodes = {lc.nnodes}, "
+            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `kedro run --pipeline <stage>`"
+        )
+    if lc.nnodes == 1:
+        return
+    if not helper and lc.node_rank != 0:
+        raise ValueError(
+            f"pretrain.launch.node_rank = {lc.node_rank}: the stage runs on node 0, which writes its "
+            "outputs; on this node run `python -m lehr join <stage>` with the same --env and --params"
+        )
+    if lc.rdzv_backend != "static":
+        raise ValueError(
+            f"pretrain.launch.rdzv_backend = {lc.rdzv_backend!r}: a stage across machines needs "
+            "`static`, which gives node 0 (where the stage saves its outputs) rank 0"
+        )
+
+
+def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
+    """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
+    (its checkpoint is saved, and running the stage again resumes it)."""
+    check_stage_node(params.launch)
+    tracking.mark_attempt(cfg.out_dir)
+    summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
+    if summary["stopped"] == "signal":
+        raise RuntimeError(
+            f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
+            f"{summary['out_dir']}: run the stage again to resume"
+        )
+    return summary
