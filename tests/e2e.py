@@ -59,6 +59,18 @@ def dir_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+# What DVC versions as data and models: every one must hash the same from the same commit.
+ARTIFACTS = (
+    "data/01_raw/bundled",
+    "data/02_intermediate/tokenizer.json",
+    "data/03_primary/tokens",
+    "data/04_feature/shards",
+    "data/04_feature/tasks",
+    "data/06_models/pre_anneal",
+    "data/06_models/anneal",
+)
+
+
 def lock_hash(lock: Path, out: str) -> str:
     """The hash ``dvc.lock`` records for the output ``out``."""
     import yaml

@@ -10,7 +10,7 @@ import pytest
 
 from lehr import sandbox
 from tests import ROOT
-from tests.e2e import env
+from tests.e2e import ARTIFACTS, env, lock_hash
 
 
 def _state() -> tuple[str, str]:
@@ -31,7 +31,9 @@ def test_a_folder_lehr_did_not_make_is_never_replaced(tmp_path):
 
 
 @pytest.mark.slow
-def test_make_smoke_runs_every_stage_in_a_sandbox_and_leaves_the_project_as_it_was(tmp_path):
+def test_make_smoke_runs_every_stage_in_a_sandbox_and_leaves_the_project_as_it_was(tmp_path, smoke_repo):
+    """...and gives the dvc.lock of every other fresh run of this commit elsewhere (the session's
+    smoke repo, in another folder): no path and no clock time reaches a data or model output."""
     before = _state()
     dest = tmp_path / "smoke"
     for _ in range(2):  # a second `make smoke` replaces the sandbox the first one made
@@ -41,3 +43,6 @@ def test_make_smoke_runs_every_stage_in_a_sandbox_and_leaves_the_project_as_it_w
     assert _state() == before
     assert (dest / "conf/profile.yaml").read_text() == "profile: smoke\n"
     assert (dest / "data/08_reporting/metrics.json").is_file() and (dest / "dvc.lock").is_file()
+    reference = smoke_repo.parent / "reference" / "dvc.lock"
+    for artifact in ARTIFACTS:
+        assert lock_hash(dest / "dvc.lock", artifact) == lock_hash(reference, artifact), artifact

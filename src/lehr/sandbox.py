@@ -64,19 +64,22 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
     (dest / MARKER).write_text("a lehr sandbox; `make smoke` replaces it\n")
     if corpus is not None:
         shutil.copytree(corpus, catalog_paths(dest, profile)["corpus"])
-    # A throwaway repo commits under its own name (a fresh machine may have no git identity) and at
-    # the time of the project's own commit, so that the same code makes the same commit.
-    who = ["-c", "user.name=lehr sandbox", "-c", "user.email=sandbox@lehr.invalid"]
+    # A throwaway repo commits under its own name (a fresh machine may have no git identity, and the
+    # caller's must not leak in) at the time of the project's own commit: the same code makes the
+    # same commit, and so the same records.
     when = _commit_time(project)
+    identity = {
+        f"GIT_{who}_{what}": value
+        for who in ("AUTHOR", "COMMITTER")
+        for what, value in (("NAME", "lehr sandbox"), ("EMAIL", "sandbox@lehr.invalid"), ("DATE", when))
+    }
     for cmd in (
         ["git", "init", "-q"],
         [sys.executable, "-m", "dvc", "init", "-q"],
         ["git", "add", "-A"],
-        ["git", *who, "commit", "-qm", f"lehr sandbox on the {profile} profile"],
+        ["git", "commit", "-qm", f"lehr sandbox on the {profile} profile"],
     ):
-        subprocess.run(
-            cmd, cwd=dest, check=True, env={**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
-        )
+        subprocess.run(cmd, cwd=dest, check=True, env={**os.environ, **identity})
     return dest
 
 
