@@ -75,7 +75,7 @@ ROWS = {
     # 60% of the budget: stable to 378 (90% of 420), a 84-step anneal, 462 steps in all.
     "r-recipe-60pct": (
         "r-qk-muon02 on 60% of the tokens (462 steps)",
-        {**RECIPE, "pretrain.total_steps": 420},
+        {**RECIPE, "pretrain.planned_steps": 420},
     ),
     "r-bf16": ("r-qk-muon02 in bf16 autocast (AVX512-BF16), Newton-Schulz batched by shape", BF16),
     "r-lr012": ("r-bf16 with AdamW lr 0.012 (embeddings, head, gains)", {**BF16, "pretrain.lr": 0.012}),
@@ -115,7 +115,13 @@ ROWS = {
     # 60% of the budget on the new default: stable to 294 (0.7 of 420), a 168-step anneal, 462 steps.
     "r-default-60pct": (
         "r-next-w256 on 60% of the tokens (462 steps)",
-        {**NEXT, **W256, "pretrain.total_steps": 420, "anneal.decay_steps": 0, "anneal.decay_fraction": 0.4},
+        {
+            **NEXT,
+            **W256,
+            "pretrain.planned_steps": 420,
+            "anneal.decay_steps": 0,
+            "anneal.decay_fraction": 0.4,
+        },
     ),
     "r-next-w320": (
         "r-wide3-ctx256-even280, three blocks of width 320 (5 heads of 64, d_ff 864, 5.03M params)",

@@ -25,12 +25,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine import checkpoint
+from lehr.engine.artifacts import checkpoint
 from lehr.engine.config import TrainConfig
-from lehr.engine.loop import train
 from lehr.engine.model import preset
-from lehr.engine.step import FAULT_ENV
-from lehr.engine.stopping import DivergedError
+from lehr.engine.run.loop import train
+from lehr.engine.run.step import FAULT_ENV
+from lehr.engine.run.stopping import DivergedError
 from synthetic import synthetic_shards
 
 EVENTS: list = []
@@ -57,7 +57,7 @@ def config(shards: Path, out: Path, **overrides) -> TrainConfig:
         batch_size=16,
         micro_batch=8,
         stable_mix={"gold": 1.0, "silver": 1.0},
-        total_steps=30,
+        planned_steps=30,
         warmup_steps=5,
         eval_every=10**9,
         ckpt_every=10**9,
@@ -88,7 +88,7 @@ def host_syncs(shards: Path, tmp: Path) -> None:
     logs = [i for i, e in enumerate(EVENTS) if e[0] == "log"]
     for a, b in zip(logs, logs[1:]):
         sites = collections.Counter(e[1] for e in EVENTS[a + 1 : b] if e[0] == "sync")
-        outside = [s for s in sites if not s.startswith("engine/loop.py")]
+        outside = [s for s in sites if not s.startswith("engine/run/loop.py")]
         check(
             not outside and sum(sites.values()) <= 2,
             f"host syncs, steps {EVENTS[a][1]}..{EVENTS[b][1]}: {sum(sites.values())} synchronizing CUDA "
@@ -122,7 +122,7 @@ def exact_resume(shards: Path, tmp: Path) -> None:
 def non_finite_guard(shards: Path, tmp: Path) -> None:
     os.environ[FAULT_ENV] = "7"
     try:
-        summary = train(config(shards, tmp / "nan", total_steps=12))
+        summary = train(config(shards, tmp / "nan", planned_steps=12))
         steps = {
             float(s["step"])
             for s in checkpoint.load_optimizer(Path(summary["final"]), torch.device("cpu"))["optimizer"][
@@ -136,7 +136,7 @@ def non_finite_guard(shards: Path, tmp: Path) -> None:
         )
         os.environ[FAULT_ENV] = ",".join(str(s) for s in range(12, 20))
         try:
-            train(config(shards, tmp / "diverge", total_steps=30, max_consecutive_skips=3))
+            train(config(shards, tmp / "diverge", planned_steps=30, max_consecutive_skips=3))
             check(False, "three NaN steps in a row abort: the run did not abort")
         except DivergedError as e:
             check(

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import torch
 
-from lehr.engine import checkpoint, fp8
+from lehr.engine import fp8
+from lehr.engine.artifacts import checkpoint
+from lehr.engine.batches import ShardSet, TrainStream
 from lehr.engine.config import TrainConfig
-from lehr.engine.data import ShardSet, TrainStream
 from lehr.engine.hardware import resolve
-from lehr.engine.loop import train
 from lehr.engine.model import Transformer, preset
 from lehr.engine.optim import build as build_optimizer
+from lehr.engine.run.loop import train
 from synthetic import synthetic_shards
 
 MIX = {"gold": 1.0, "silver": 1.0}
@@ -43,7 +44,7 @@ def speed_config(model, shards: Path, out: Path, *, batch: int, micro: int, warm
         batch_size=batch,
         micro_batch=micro,
         stable_mix=MIX,
-        total_steps=warmup + steps,
+        planned_steps=warmup + steps,
         warmup_steps=10,
         eval_every=10**9,
         ckpt_every=10**9,
@@ -179,18 +180,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shards = synthetic_shards(tmp / "shards", args.vocab)
-        lehr, bare = [], []
+        ours, bare = [], []
         # Interleaved, so drift in machine speed hits both alike, and each goes first in every other
         # round: on this 2-core CPU whichever runs second in a round measured up to ~10% faster.
         for r in range(args.rounds):
             for which in ("lehr", "bare") if r % 2 == 0 else ("bare", "lehr"):
                 if which == "lehr":
                     tok_s, mfu, mem = lehr_tok_s(config(args, shards, tmp / f"run{r}"))
-                    lehr.append(tok_s)
+                    ours.append(tok_s)
                 else:
                     bare.append(bare_tok_s(config(args, shards, tmp / "bare"), args.warmup, args.steps))
         cfg = config(args, shards, tmp / "x")
-        lehr_med, bare_med = statistics.median(lehr), statistics.median(bare)
+        lehr_med, bare_med = statistics.median(ours), statistics.median(bare)
         step_s = cfg.batch_size * cfg.model.seq_len / lehr_med
         save_s, load_s = checkpoint_seconds(cfg, tmp)
         n_params = Transformer(cfg.model).num_parameters()
@@ -202,7 +203,7 @@ def main() -> None:
             f"attention {hw.attention}, parallel {cfg.parallel}, activation checkpointing "
             f"{cfg.activation_checkpointing}, optimizer {cfg.optimizer}"
         )
-        print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in lehr)})")
+        print(f"lehr loop     {lehr_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in ours)})")
         print(f"bare loop     {bare_med:12,.0f} tok/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")
         print(f"ratio lehr/bare  {lehr_med / bare_med:.3f}x   (goal >= 0.97x)")
         print(

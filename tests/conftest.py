@@ -94,7 +94,7 @@ def tiny_config(smoke_shards, tmp_path):
             batch_size=8,
             micro_batch=4,
             stable_mix={"gold": 1.0, "silver": 1.0},
-            total_steps=40,
+            planned_steps=40,
             warmup_steps=5,
             eval_every=10,
             ckpt_every=10,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from lehr.engine.config import SHARED_PARTS, Launch
+from lehr.engine.config import SHARED_PARTS, BranchConfig, Launch
 from tests import ROOT
 
 SRC = ROOT / "src"
@@ -47,7 +47,7 @@ def _graph() -> dict[str, set[str]]:
         ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
         for p in SRC.rglob("*.py")
     }
-    # A package's __init__ is not an edge back to its modules: importing lehr.engine.x runs it first.
+    # A package's __init__ is not an edge back to its modules: importing one of them runs it first.
     return {m: {i for i in _imports(p) if i != m and not m.startswith(i + ".")} for m, p in modules.items()}
 
 
@@ -106,9 +106,13 @@ def test_every_training_setting_has_one_default_which_the_base_config_shows():
     """The engine's parts declare each default; conf/base lists every setting at that value, so a
     reader of the YAML sees every knob and no second default can drift from the first."""
     pretrain = yaml.safe_load((ROOT / "conf/base/parameters_pretrain_stable.yml").read_text())["pretrain"]
-    for part in (*SHARED_PARTS, Launch):
-        values = pretrain["launch"] if part is Launch else pretrain
+    anneal = yaml.safe_load((ROOT / "conf/base/parameters_anneal.yml").read_text())["anneal"]
+    for part in (*SHARED_PARTS, Launch, BranchConfig):
+        section, values = {
+            Launch: ("pretrain.launch", pretrain["launch"]),
+            BranchConfig: ("anneal", anneal),
+        }.get(part, ("pretrain", pretrain))
         for f in dataclasses.fields(part):
-            assert f.name in values, f"conf/base does not show pretrain.{f.name}"
+            assert f.name in values, f"conf/base does not show {section}.{f.name}"
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             assert values[f.name] == default, (f.name, values[f.name], default)

@@ -7,6 +7,8 @@ import shutil
 import pytest
 
 from lehr.__main__ import main
+from lehr.config_parts import from_mapping
+from lehr.data.params import ShardParams
 from lehr.params import AnnealParams, PretrainParams
 from tests import ROOT
 
@@ -65,3 +67,40 @@ def test_bad_pretrain_values_are_named(change, message):
 def test_bad_anneal_phases_are_named(mix, message):
     with pytest.raises(ValueError, match=message):
         _with(AnnealParams, "anneal", mix=mix)
+
+
+def test_the_engine_refuses_a_bad_anneal_mix_too():
+    """The phases are checked by the engine's own parts, whichever way a config is built."""
+    from lehr.config_parts import ConfigError
+    from lehr.engine.config import BranchConfig, DecayConfig
+
+    with pytest.raises(ConfigError, match=r"anneal_mix = .* end fractions \[0.5, 0.2\]"):
+        DecayConfig(anneal_mix=[[0.5, {"gold": 1}], [0.2, {"gold": 1}]])
+    with pytest.raises(ConfigError, match=r"mix\[0\].gold = -1 must be a positive number"):
+        BranchConfig(mix=[[1.0, {"gold": -1}]])
+
+
+@pytest.mark.parametrize(
+    "cls, section, old, new",
+    [
+        (PretrainParams, "pretrain_stable", "decay_fraction", "planned_decay_fraction"),
+        (ShardParams, "shard", "task_examples", "builtin_task_examples"),
+    ],
+)
+def test_a_renamed_key_is_refused_naming_its_new_name(cls, section, old, new, conf, capsys):
+    """An old key must not be dropped in silence (its value would give way to the default): Kedro's
+    own construction, `lehr check` and the params loader all name the new key."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / f"conf/base/parameters_{section}.yml").read_text())
+    key = next(iter(base))
+    raw = {k: v for k, v in base[key].items() if k != new} | {old: base[key][new]}
+    message = f"parameter {key}.{old} = {base[key][new]!r} was renamed: write {new} instead"
+    with pytest.raises(ValueError, match=message):
+        cls(**raw)
+    with pytest.raises(ValueError, match=message):
+        from_mapping(cls, raw, key)
+    path = conf / "base" / f"parameters_{section}.yml"
+    path.write_text(path.read_text().replace(f"  {new}:", f"  {old}:", 1))
+    assert main(["check", "--env", "smoke"]) == 2
+    assert message in capsys.readouterr().err

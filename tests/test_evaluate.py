@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lehr.engine.metrics import flatten
+from lehr.engine.run.metrics import flatten
 from lehr.files.atomic import sha256_file
 
 
@@ -21,7 +21,7 @@ def test_metrics_are_flattened_only_at_the_edge_and_keep_dots_in_names():
 def _branch(root, step: int, end: int, best: bool):
     (root / "final").mkdir(parents=True)
     (root / "final" / "state.json").write_text(
-        json.dumps({"progress": {"step": step}, "config": {"end_step": end, "total_steps": 999}})
+        json.dumps({"progress": {"step": step}, "config": {"end_step": end, "planned_steps": 999}})
     )
     if best:
         (root / "best").mkdir()
@@ -44,7 +44,7 @@ def _made_from(root, pre_anneal, current: bool):
     """A branch whose provenance names ``pre_anneal``'s state.json, as it is now or as it was."""
     digest = sha256_file(pre_anneal / "state.json") if current else "0" * 64
     (root / "final").mkdir(parents=True)
-    state = {"progress": {"step": 9}, "config": {"end_step": 9, "total_steps": 9}}
+    state = {"progress": {"step": 9}, "config": {"end_step": 9, "planned_steps": 9}}
     state["provenance"] = {"inputs": {str(pre_anneal / "state.json"): digest}}
     (root / "final" / "state.json").write_text(json.dumps(state))
     return root

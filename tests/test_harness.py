@@ -15,9 +15,9 @@ import torch
 from tokenizers import Tokenizer
 
 from lehr.__main__ import main
-from lehr.engine.evaluation import load_model
-from lehr.engine.loop import train
-from lehr.engine.tasks import Scorer, evaluate_task, read_task
+from lehr.engine.evals.evaluation import load_model
+from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
+from lehr.engine.run.loop import train
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.slow
@@ -79,7 +79,7 @@ def offline(tmp_path):
 
 
 def test_lm_eval_on_a_checkpoint_matches_lm_evals_hf_model_on_its_export(tiny_config, tmp_path, offline):
-    train(tiny_config(total_steps=20))
+    train(tiny_config(planned_steps=20))
     final, hf = tmp_path / "run" / "final", tmp_path / "hf"
     assert main(["export", str(final), str(hf), "--hf"]) == 0
     tasks = write_tasks(tmp_path / "yaml")
@@ -137,7 +137,7 @@ def test_lm_eval_on_a_checkpoint_matches_lm_evals_hf_model_on_its_export(tiny_co
 
 
 def test_lm_eval_refuses_an_unknown_task_or_a_folder_that_is_no_model(tiny_config, tmp_path, capsys):
-    train(tiny_config(total_steps=2))
+    train(tiny_config(planned_steps=2))
     final = str(tmp_path / "run" / "final")
     assert main(["lm-eval", final, "--tasks", "no_such_task", "--output", str(tmp_path / "r.json")]) == 2
     assert "unknown lm-eval task(s) no_such_task" in capsys.readouterr().err

@@ -23,8 +23,14 @@ NOT_CODE = {
     "lehr.earlier_attempts",
 }
 PATH = re.compile(r"\bsrc/lehr/[A-Za-z0-9_/]+(?:\.py)?")
+# A file named from inside the package, as comments do: ``engine/run/loop.py``.
+PACKAGE_PATH = re.compile(
+    r"(?<![\w/.])(?:engine|data|datasets|files|pipelines|tracking)/[A-Za-z0-9_/]+\.py\b"
+)
 FILES = [
     *sorted((ROOT / "src").rglob("*.py")),
+    *sorted((ROOT / "tests").rglob("*.py")),
+    *sorted((ROOT / "bench").glob("*.py")),
     *sorted((ROOT / "conf").rglob("*.y*ml")),
     *sorted((ROOT / "docs").glob("*.md")),
     ROOT / "README.md",
@@ -55,5 +61,6 @@ def test_every_named_module_and_path_exists(path):
     missing = sorted(
         {m for m in DOTTED.findall(text) if m not in NOT_CODE and not _exists(m)}
         | {p for p in PATH.findall(text) if not (ROOT / p).exists()}
+        | {p for p in PACKAGE_PATH.findall(text) if not (ROOT / "src/lehr" / p).exists()}
     )
     assert not missing, f"{path.relative_to(ROOT)} names what does not exist: {missing}"

@@ -152,7 +152,7 @@ def test_cosine_baseline_experiment_trains_the_same_budget(repo):
     assert stages_run(out.stdout) == ["pretrain_stable", "anneal", "evaluate"]
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     anneal = json.loads((repo / "data/08_reporting/anneal_metrics.json").read_text())
-    assert metrics["anneal"]["branch"].startswith("cosine-") and anneal["step"] == 60  # smoke total_steps
+    assert metrics["anneal"]["branch"].startswith("cosine-") and anneal["step"] == 60  # smoke planned_steps
     assert len(list((repo / "data/06_models/stable_run").glob("auto-*"))) == 2  # its own rolling folder
 
 

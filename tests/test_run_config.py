@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from lehr.params import AnnealParams, PretrainParams
-from lehr.run_config import anneal_config, branch_name, stable_config
+from lehr.run_config import anneal_config, stable_config
+from lehr.run_names import branch_name
 from tests import ROOT
 
 MANIFEST = {"root": "/shards", "tokenizer": {"vocab_size": 512, "sha256": "x"}}
@@ -21,8 +22,8 @@ def params(section: str, file: str, **changes):
     raw = yaml.safe_load((ROOT / f"conf/base/{file}").read_text())[section]
     if section == "pretrain":
         raw |= {
-            "total_steps": 800,
-            "decay_fraction": 0.2,
+            "planned_steps": 800,
+            "planned_decay_fraction": 0.2,
             "auto_anneal": {**raw["auto_anneal"], "min_fraction": 0.5, "max_fraction": 0.9},
         }
         return PretrainParams(**{**raw, **changes})
@@ -47,7 +48,7 @@ def test_stable_run_stops_at_the_planned_or_auto_anneal_start(tmp_path):
 def test_the_stable_phase_bounds_are_rounded_not_truncated(tmp_path):
     # 700 * 0.7 is 489.99999999999994 in floating point: the shipped recipe's cap is step 490.
     aa = {"enabled": True, "min_fraction": 0.7, "max_fraction": 0.7, "stall_window": 6, "stall_eps": 0.005}
-    p = params("pretrain", "parameters_pretrain_stable.yml", total_steps=700, auto_anneal=aa)
+    p = params("pretrain", "parameters_pretrain_stable.yml", planned_steps=700, auto_anneal=aa)
     rule = stable_config(p, MANIFEST, tmp_path, PROV).stop_rule
     assert rule.min_step == rule.max_step == 490
 
@@ -83,7 +84,7 @@ def test_cosine_baseline_spends_the_same_budget_in_one_schedule(tmp_path, pre_an
     stable = stable_config(p, MANIFEST, tmp_path, PROV)
     assert not stable.stop_rule.auto and stable.stop_rule.planned_step == 640
     cfg = anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {})
-    assert cfg.schedule == "cosine" and cfg.end_step == p.total_steps
+    assert cfg.schedule == "cosine" and cfg.end_step == p.planned_steps
     assert branch_name(p, a).startswith("cosine-")
 
 

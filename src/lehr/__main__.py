@@ -80,7 +80,7 @@ def _branches(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from lehr.engine.checkpoint import verify
+    from lehr.engine.artifacts.checkpoint import verify
 
     _state(Path(args.checkpoint))  # a folder that is no checkpoint at all is named as such first
     state = verify(Path(args.checkpoint))  # what it prints is of these very files
@@ -119,7 +119,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from lehr.engine.export import export_hf, export_plain
+    from lehr.engine.artifacts.export import export_hf, export_plain
 
     tokenizer = Path(args.tokenizer) if args.tokenizer else None
     out = (export_hf if args.hf else export_plain)(Path(args.checkpoint), Path(args.out), tokenizer)
@@ -131,7 +131,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _model_and_tokenizer(args: argparse.Namespace):
-    from lehr.engine.export import load_for_inference
+    from lehr.engine.artifacts.export import load_for_inference
     from lehr.engine.hardware import resolve
 
     device = resolve("auto", "fp32", None).device  # the device a run would pick, in full precision
@@ -142,7 +142,7 @@ def _model_and_tokenizer(args: argparse.Namespace):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from lehr.engine.tasks import Scorer, evaluate_task, read_task
+    from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 
     task = read_task(Path(args.task))
     model, tokenizer, device = _model_and_tokenizer(args)
@@ -173,23 +173,21 @@ def _lm_eval(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    import torch
+    from lehr.engine.evals.evaluation import prompt_ids, sample
 
     model, tokenizer, device = _model_and_tokenizer(args)
-    from lehr.engine.tasks import ENDOFTEXT
-
-    ids = torch.tensor([tokenizer.encode(args.prompt).ids or [tokenizer.token_to_id(ENDOFTEXT)]])
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-    ids, new, shown = ids.to(device), [], ""
+    ids = prompt_ids(tokenizer, args.prompt)
+    tokens = sample(
+        model, ids, args.max_tokens, device, temperature=args.temperature, top_k=args.top_k, seed=args.seed
+    )
+    new, shown = [], ""
     print(args.prompt, end="", flush=True)
-    with torch.no_grad():
-        for _ in range(args.max_tokens):  # a token at a time, printed as it comes
-            ids = model.generate(ids, 1, temperature=args.temperature, top_k=args.top_k, generator=gen)
-            new.append(ids[0, -1].item())
-            text = tokenizer.decode(new)
-            if text.startswith(shown) and not text.endswith("\ufffd"):  # wait out a split UTF-8 character
-                print(text[len(shown) :], end="", flush=True)
-                shown = text
+    for token in tokens:  # printed as they come
+        new.append(token.item())
+        text = tokenizer.decode(new)
+        if text.startswith(shown) and not text.endswith("\ufffd"):  # wait out a split UTF-8 character
+            print(text[len(shown) :], end="", flush=True)
+            shown = text
     print(tokenizer.decode(new)[len(shown) :])
     return 0
 

@@ -1,7 +1,7 @@
 """lm-evaluation-harness on lehr models: ``python -m lehr lm-eval CHECKPOINT --tasks ...``.
 
 ``LehrLM`` is an lm-eval model class over a checkpoint or an export folder. Log-likelihoods come
-from the engine's task scorer (``engine.tasks.Scorer``), so lm-eval and lehr's own task evals score
+from the engine's task scorer (``lehr.engine.evals.tasks.Scorer``), so lm-eval and lehr's own task evals score
 a (context, continuation) pair the same way; rolling log-likelihoods (perplexity tasks) use
 lm-eval's own token windows; generation is greedy, as lm-eval asks.
 
@@ -25,10 +25,11 @@ except ImportError as e:  # the CLI names the extra to install
         'lm-evaluation-harness is not installed: pip install -e ".[lm-eval]" (the lm-eval package)'
     ) from e
 
-from lehr.engine.export import load_for_inference
-from lehr.engine.tasks import ENDOFTEXT, Scorer
+from lehr.engine.artifacts.export import load_for_inference
+from lehr.engine.evals.tasks import Scorer
 from lehr.errors import Explained
 from lehr.files.atomic import write_text_atomic
+from lehr.tokens import ENDOFTEXT
 
 
 @register_model("lehr")

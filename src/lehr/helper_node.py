@@ -15,9 +15,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from lehr.engine import launch
+from lehr.config_parts import from_mapping
 from lehr.engine.config import TrainConfig
-from lehr.engine.parts import from_mapping
+from lehr.engine.dist import launch
 from lehr.params import AnnealParams, PretrainParams
 from lehr.training import anneal_job, check_stage_node, stable_job
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import typing
 
+from lehr.config_parts import Part, Section, from_mapping, require, require_positive
 from lehr.data.params import ShardParams, TokenizeParams
-from lehr.engine.config import SHARED_PARTS, Launch
-from lehr.engine.parts import Part, Section, check_mix, from_mapping, require, require_positive, require_seed
+from lehr.engine.config import SHARED_PARTS, BranchConfig, Launch
 from lehr.files.names import RULE, is_folder_name
 
 
@@ -38,8 +38,8 @@ class ModelParams(Part):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AutoAnnealParams(Part):
     enabled: bool  # start the decay when the held-out curve stalls, within the bounds below
-    min_fraction: float  # of total_steps: never start the decay earlier
-    max_fraction: float  # of total_steps: nor later (the stable phase may extend up to here)
+    min_fraction: float  # of planned_steps: never start the decay earlier
+    max_fraction: float  # of planned_steps: nor later (the stable phase may extend up to here)
     stall_window: int  # evals compared, best of the newer half vs the older half
     stall_eps: float  # nats per token; a smaller gain counts as a stall
 
@@ -60,66 +60,38 @@ class PretrainParams(Section, *reversed(SHARED_PARTS)):
 
     run_name: str  # data/06_models/stable_run/<run_name>; "" = a folder keyed by the run's config and data
     model: ModelParams
-    decay_fraction: float  # of total_steps spent decaying; the planned anneal starts at 1 - this
+    # Of planned_steps: the stable phase is planned to end at (1 - this) * planned_steps (auto-anneal may
+    # move it). The anneal's own decay length is anneal.decay_steps / anneal.decay_fraction.
+    planned_decay_fraction: float
     auto_anneal: AutoAnnealParams
     launch: Launch
     SECTION: typing.ClassVar[str] = "pretrain"
+    RENAMED: typing.ClassVar[dict] = {"decay_fraction": "planned_decay_fraction"}
 
     def check(self) -> None:
-        require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must lie in (0, 1)")
+        require(
+            0 < self.planned_decay_fraction < 1,
+            "planned_decay_fraction",
+            self.planned_decay_fraction,
+            "must lie in (0, 1)",
+        )
         require_folder_name("run_name", self.run_name)
 
     @property
     def planned_anneal_step(self) -> int:
-        return int(round(self.total_steps * (1 - self.decay_fraction)))
+        return int(round(self.planned_steps * (1 - self.planned_decay_fraction)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class AnnealParams(Section):
-    """One anneal branch. Its settings are the branch's own (a fresh data seed, the decay's floor):
-    ``run_config`` turns them into the engine's decay and data parts."""
+class AnnealParams(Section, BranchConfig):
+    """One anneal branch: the engine's branch settings (``BranchConfig``: its decay, data mix,
+    fresh data seed and early stop) and the folder it trains into."""
 
     branch: str  # folder under data/06_models/anneal; "" = derived from these params
-    decay_steps: int  # decay length in steps; 0 = decay_fraction of pretrain.total_steps
-    decay_fraction: float  # used when decay_steps is 0
-    shape: typing.Literal["linear", "cosine", "1-sqrt"]
-    min_lr: float  # learning rate at the end of the decay
-    mix: list  # [[end_fraction, {tier: weight}], ...] phases over the decay; [[1.0, {gold: 1}]] = gold only
-    data_seed: int  # a fresh seed, so the anneal does not replay the stable windows
-    init_optimizer: bool  # carry the optimizer's state over (AdamW's moments, Muon's momentum)
-    patience: int  # evals without a new best before an early stop; 0 = off
-    eval_every: int  # steps
     SECTION: typing.ClassVar[str] = "anneal"
 
     def check(self) -> None:
-        require(self.decay_steps >= 0, "decay_steps", self.decay_steps, "must be >= 0")
-        require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must lie in (0, 1)")
-        require(self.min_lr >= 0, "min_lr", self.min_lr, "must be >= 0")
-        require(
-            bool(self.mix)
-            and all(
-                isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], dict) for p in self.mix
-            ),
-            "mix",
-            self.mix,
-            "must be a list of [end_fraction, {tier: weight}] pairs",
-        )
-        ends = [p[0] for p in self.mix]
-        require(
-            all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e <= 1 for e in ends)
-            and ends == sorted(ends)
-            and len(set(ends)) == len(ends),
-            "mix",
-            self.mix,
-            f"has phase end fractions {ends}: they must rise strictly within (0, 1], "
-            f"e.g. [[0.5, {{silver: 1}}], [1.0, {{gold: 1}}]]",
-        )
-        for i, (_, weights) in enumerate(self.mix):
-            check_mix(weights, f"mix[{i}]")
-        require_seed("data_seed", self.data_seed)
         require_folder_name("branch", self.branch)
-        require(self.patience >= 0, "patience", self.patience, "must be >= 0 (0 = off)")
-        require_positive(self, "eval_every")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

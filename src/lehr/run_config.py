@@ -1,12 +1,11 @@
 """Stage params -> the engine's ``TrainConfig`` (``lehr.training`` runs it). The params already
 hold the engine's config parts (``lehr.params``); what is computed here is only what derives
 from several settings or from the data: the model for the tokenizer's vocabulary, the stop rule,
-the branch's decay, the run folders."""
+where a branch starts. The folders they train into are named in ``lehr.run_names``."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
 from lehr.project import portable
+from lehr.run_names import stable_run_name
 
 
 def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:
@@ -42,10 +42,6 @@ def _shared(p: PretrainParams, manifest: dict, out_dir: Path, provenance: dict, 
     )
 
 
-def _key(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
 def stable_config(
     p: PretrainParams, manifest: dict, runs_root: Path, provenance: dict, tasks: dict | None = None
 ) -> TrainConfig:
@@ -60,42 +56,18 @@ def stable_config(
     rule = StopRule(
         planned_step=p.planned_anneal_step,
         # Rounded, not truncated: 700 * 0.7 is 489.99999999999994 in floating point.
-        min_step=round(p.total_steps * aa.min_fraction),
-        max_step=round(p.total_steps * aa.max_fraction),
+        min_step=round(p.planned_steps * aa.min_fraction),
+        max_step=round(p.planned_steps * aa.max_fraction),
         auto=aa.enabled and p.schedule == "wsd",  # the cosine baseline stops where planned: equal tokens
         stall_window=aa.stall_window,
         stall_eps=aa.stall_eps,
         save_to="",
     )
     cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance, tasks or {}), stop_rule=rule)
-    name = p.run_name or "auto-" + _key(
-        cfg.math_fields(), vars(rule), p.total_steps, provenance["manifest_sha256"]
-    )
-    run_dir = Path(portable(runs_root / name))
+    run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
     return dataclasses.replace(
         cfg, out_dir=str(run_dir), stop_rule=dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"))
     )
-
-
-def decay_steps(p: PretrainParams, a: AnnealParams) -> int:
-    return a.decay_steps or max(1, round(a.decay_fraction * p.total_steps))
-
-
-def anneal_run_dir(runs_root: Path, branch: str, pre_anneal: Path) -> Path:
-    """A branch's rolling checkpoints, keyed by the ``pre_anneal`` it grew from: after a new stable
-    phase the branch starts afresh from the new branch point instead of resuming the old one."""
-    files = json.loads((pre_anneal / "state.json").read_text())["files"]  # sha256 of weights, optimizer, RNG
-    return runs_root / f"{branch}-{_key(files)}"
-
-
-def branch_name(p: PretrainParams, a: AnnealParams) -> str:
-    """``anneal.branch``, or a name derived from the params that shape the anneal."""
-    if a.branch:
-        return a.branch
-    shaping = {k: v for k, v in vars(a).items() if k != "branch"} | {"schedule": p.schedule}
-    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:6]
-    kind = "cosine" if p.schedule == "cosine" else a.shape
-    return f"{kind}-{decay_steps(p, a)}-{digest}"
 
 
 def anneal_config(
@@ -109,26 +81,9 @@ def anneal_config(
 ) -> TrainConfig:
     """Branch from ``pre_anneal`` and decay (WSD) or finish the cosine (baseline) on the anneal mix."""
     state = json.loads((pre_anneal / "state.json").read_text())
-    start = state["progress"]["step"]
-    length = decay_steps(p, a)
-    # The cosine baseline spends exactly the nominal budget, like WSD's planned stable + decay.
-    end = p.total_steps if p.schedule == "cosine" else start + length
     _check_same_profile(state, model_config(p, manifest), provenance, pre_anneal)
-    shared = _shared(p, manifest, run_dir, provenance, tasks or {}) | dict(
-        data_seed=a.data_seed, eval_every=a.eval_every, min_lr=a.min_lr if p.schedule == "wsd" else p.min_lr
-    )
-    return TrainConfig(
-        **shared,
-        anneal_mix=a.mix,
-        anneal_start=start,
-        anneal_steps=end - start,
-        decay_shape=a.shape,
-        end_step=end,
-        init_from=portable(pre_anneal),
-        init_optimizer=a.init_optimizer,
-        patience=a.patience,
-        patience_from_step=start + (end - start) // 2,
-    )
+    stable = TrainConfig(**_shared(p, manifest, run_dir, provenance, tasks or {}))
+    return stable.branch(a, state["progress"]["step"], portable(pre_anneal))
 
 
 def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_anneal: Path) -> None:

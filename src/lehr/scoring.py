@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr.engine.data import ShardSet
-from lehr.engine.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
+from lehr.engine.batches import ShardSet
+from lehr.engine.evals.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
+from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.engine.hardware import resolve
-from lehr.engine.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.files.atomic import sha256_file
 from lehr.params import AnnealParams, EvaluateParams, PretrainParams
-from lehr.run_config import branch_name
+from lehr.run_names import branch_name
 from lehr.tracking.provenance import branched_from
 
 log = logging.getLogger(__name__)
@@ -27,8 +27,8 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
     """What a branch ships: ``best`` if it stopped early (its final step is short of its planned
     end) and kept a best, else ``final``."""
     state = json.loads((branch / "final" / "state.json").read_text())
-    end = state["config"].get("end_step") or state["config"]["total_steps"]
-    if state["progress"]["step"] < end and (branch / "best" / "state.json").is_file():
+    end = state["config"]["end_step"]  # every branch and soup has one
+    if end is not None and state["progress"]["step"] < end and (branch / "best" / "state.json").is_file():
         return "best", branch / "best"
     return "final", branch / "final"
 

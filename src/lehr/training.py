@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lehr.engine import launch
 from lehr.engine.config import Launch, TrainConfig
+from lehr.engine.dist import launch
 from lehr.params import AnnealParams, PretrainParams
-from lehr.run_config import anneal_config, anneal_run_dir, branch_name, stable_config
+from lehr.run_config import anneal_config, stable_config
+from lehr.run_names import anneal_run_dir, branch_name
 from lehr.tracking import provenance
 from lehr.tracking import runs as tracking
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lehr.engine.loop import train
+from lehr.engine.run.loop import train
 
 
 def losses(summary: dict) -> list[float]:
@@ -19,7 +19,7 @@ def losses(summary: dict) -> list[float]:
 
 
 def test_the_math_kernel_trains_the_same_losses_as_the_default(tiny_config, tmp_path):
-    run = dict(total_steps=10, log_every=1, eval_every=1000, ckpt_every=1000)
+    run = dict(planned_steps=10, log_every=1, eval_every=1000, ckpt_every=1000)
     default = train(tiny_config(out_dir=str(tmp_path / "auto"), **run))
     math = train(tiny_config(out_dir=str(tmp_path / "math"), attention="math", **run))
     assert losses(math) == pytest.approx(losses(default), rel=1e-4)
@@ -33,5 +33,5 @@ def test_a_kernel_the_device_lacks_is_refused_at_start(tiny_config, tmp_path):
 
 def test_attention_may_change_on_resume(tiny_config):
     train(tiny_config(end_step=10))
-    resumed = train(tiny_config(total_steps=20, attention="math"))
+    resumed = train(tiny_config(planned_steps=20, attention="math"))
     assert resumed["mode"] == "resume" and resumed["step"] == 20

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lehr.engine import checkpoint
-from lehr.engine.checkpoint import CheckpointError, Rolling
-from lehr.engine.loop import train
+from lehr.engine.artifacts import checkpoint
+from lehr.engine.artifacts.checkpoint import CheckpointError, Rolling
 from lehr.engine.model import Transformer, preset
+from lehr.engine.run.loop import train
 
 
 def _save(rolling: Rolling, step: int, model: torch.nn.Module) -> Path:
@@ -62,8 +62,8 @@ _LIMITED_WRITE = """
 import json, resource, sys
 from pathlib import Path
 import numpy as np, torch
-from lehr.engine import checkpoint
-from lehr.engine.checkpoint import CheckpointError, Rolling
+from lehr.engine.artifacts import checkpoint
+from lehr.engine.artifacts.checkpoint import CheckpointError, Rolling
 from lehr.engine.model import Transformer, preset
 from lehr.data.sharding import write_shard_set
 
@@ -194,7 +194,7 @@ def test_missing_initial_checkpoint_says_what_to_run(tiny_config, tmp_path):
 
 
 def test_branch_from_another_model_config_is_refused(tiny_config, tmp_path):
-    train(tiny_config(out_dir=str(tmp_path / "base"), total_steps=10))
+    train(tiny_config(out_dir=str(tmp_path / "base"), planned_steps=10))
     other = preset("tiny", 512, d_ff=128)
     with pytest.raises(CheckpointError, match=r"another model.d_ff"):
         train(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lehr.engine.data import DataError, ShardSet, TrainStream, eval_windows
+from lehr.engine.batches import DataError, ShardSet, TrainStream, eval_windows
 
 MIX = {"gold": 1.0, "silver": 1.0}
 
@@ -103,10 +103,10 @@ def test_tokens_per_tier_replays_the_tier_draws(smoke_shards):
 def test_a_tier_repeated_too_often_is_warned_about_at_start(tiny_config, caplog):
     import logging
 
-    from lehr.engine.loop import train
+    from lehr.engine.run.loop import train
 
     with caplog.at_level(logging.INFO, logger="lehr"):
-        summary = train(tiny_config(total_steps=10, max_epochs_warn=0.001))
+        summary = train(tiny_config(planned_steps=10, max_epochs_warn=0.001))
     assert "data, planned to step 10: gold" in caplog.text
     assert "would be repeated more than pretrain.max_epochs_warn = 0.001 times" in caplog.text
     assert set(summary["tiers"]) == {"gold", "silver"}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.launch import Launch, run
+from lehr.engine.dist.launch import Launch, run
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ TOLERANCE = {"adamw": (1e-5, 1e-4), "muon": (2e-2, 1e-3)}
 
 @pytest.mark.parametrize("optimizer", sorted(TOLERANCE))
 def test_two_gloo_workers_match_one_process(tiny_config, tmp_path, optimizer):
-    base = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=8, optimizer=optimizer)
+    base = dict(planned_steps=16, micro_batch=2, eval_every=8, ckpt_every=8, optimizer=optimizer)
     one = run(tiny_config(out_dir=str(tmp_path / "one"), **base), Launch(nproc_per_node=1))
     two = run(tiny_config(out_dir=str(tmp_path / "two"), **base), Launch(nproc_per_node=2))
     assert one["step"] == two["step"] == 16
@@ -52,7 +52,7 @@ def test_two_gloo_workers_match_one_process(tiny_config, tmp_path, optimizer):
 
 
 def test_resume_under_ddp_is_exact(tiny_config, tmp_path):
-    base = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=4)
+    base = dict(planned_steps=16, micro_batch=2, eval_every=8, ckpt_every=4)
     run(tiny_config(out_dir=str(tmp_path / "straight"), **base), Launch(nproc_per_node=2))
     run(tiny_config(out_dir=str(tmp_path / "chunked"), end_step=6, **base), Launch(nproc_per_node=2))
     summary = run(tiny_config(out_dir=str(tmp_path / "chunked"), **base), Launch(nproc_per_node=2))

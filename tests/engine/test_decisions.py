@@ -8,8 +8,7 @@ from dataclasses import replace
 import pytest
 
 from lehr.engine.config import StopRule
-from lehr.engine.schedule import mix_at
-from lehr.engine.stopping import (
+from lehr.engine.run.stopping import (
     AnnealCap,
     AutoAnneal,
     DivergedError,
@@ -20,6 +19,7 @@ from lehr.engine.stopping import (
     policies,
     stalled,
 )
+from lehr.engine.schedule import mix_at
 
 
 def test_a_curve_stalls_when_its_latest_half_no_longer_beats_the_half_before():
@@ -114,7 +114,7 @@ def test_early_stop_and_auto_anneal_can_go_by_a_task_metric_where_higher_is_bett
 
 
 def test_decide_by_must_name_a_metric_the_evals_score(tiny_config):
-    from lehr.engine.parts import ConfigError
+    from lehr.config_parts import ConfigError
 
     with pytest.raises(ConfigError, match="decide_by = 'heldout.ppl' must be one of heldout.loss"):
         tiny_config(decide_by="heldout.ppl")

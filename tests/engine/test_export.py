@@ -10,12 +10,12 @@ import torch
 from safetensors.torch import load_file
 
 from lehr.__main__ import main
-from lehr.engine.evaluation import load_model
-from lehr.engine.loop import train
+from lehr.engine.evals.evaluation import load_model
+from lehr.engine.run.loop import train
 
 
 def test_plain_and_hf_llama_exports(tiny_config, smoke_shards, tmp_path):
-    summary = train(tiny_config(total_steps=10))
+    summary = train(tiny_config(planned_steps=10))
     ckpt = tmp_path / "run" / "final"
     assert summary["final"] == str(ckpt)
     tok = str(smoke_shards / "tokenizer.json")
@@ -38,7 +38,7 @@ def test_plain_and_hf_llama_exports(tiny_config, smoke_shards, tmp_path):
 def test_export_refuses_to_rewrite_a_checkpoint_or_ship_another_tokenizer(
     tiny_config, smoke_shards, tmp_path
 ):
-    train(tiny_config(total_steps=5))
+    train(tiny_config(planned_steps=5))
     ckpt = tmp_path / "run" / "final"
     before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
     for target in (ckpt, ckpt / "export", tmp_path / "run" / "checkpoints" / "latest_export" / ".."):
@@ -65,7 +65,7 @@ def test_grouped_query_and_qk_norm_models_export_to_the_same_logits(
 
     from lehr.engine.model import preset
 
-    train(tiny_config(total_steps=5, model=preset("tiny", 512, **shape)))
+    train(tiny_config(planned_steps=5, model=preset("tiny", 512, **shape)))
     ckpt = tmp_path / "run" / "final"
     assert main(["export", str(ckpt), str(tmp_path / "hf"), "--hf"]) == 0
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()

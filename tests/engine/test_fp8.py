@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from lehr.engine import checkpoint
-from lehr.engine.loop import train
+from lehr.engine.artifacts import checkpoint
 from lehr.engine.model import Transformer
+from lehr.engine.run.loop import train
 from tests.engine.test_resume import assert_same_final
 
 
 def test_fp8_trains_resumes_exactly_and_saves_a_plain_model(tiny_config, tmp_path):
-    run = dict(precision="fp8", total_steps=20, anneal_start=12, anneal_steps=8)
+    run = dict(precision="fp8", planned_steps=20, anneal_start=12, anneal_steps=8)
     straight = train(tiny_config(out_dir=str(tmp_path / "a"), **run))
     train(tiny_config(out_dir=str(tmp_path / "b"), end_step=9, **run))
     resumed = train(tiny_config(out_dir=str(tmp_path / "b"), **run))
@@ -31,7 +31,7 @@ def test_fp8_trains_resumes_exactly_and_saves_a_plain_model(tiny_config, tmp_pat
 
 
 def test_fp8_differs_from_bf16_but_stays_close(tiny_config, tmp_path):
-    run = dict(total_steps=10, log_every=1, eval_every=1000, ckpt_every=1000)
+    run = dict(planned_steps=10, log_every=1, eval_every=1000, ckpt_every=1000)
     curves = {}
     for precision in ("bf16", "fp8"):
         summary = train(tiny_config(out_dir=str(tmp_path / precision), precision=precision, **run))

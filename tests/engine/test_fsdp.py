@@ -17,12 +17,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.checkpoint import SLOW_WRITE_ENV, Rolling
-from lehr.engine.launch import Launch, run
+from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV, Rolling
+from lehr.engine.dist.launch import Launch, run
 
 pytestmark = pytest.mark.slow
 # FSDP trains with AdamW (Muon orthogonalises whole matrices; under FSDP each rank holds a shard).
-BASE = dict(total_steps=16, micro_batch=2, eval_every=8, ckpt_every=4, optimizer="adamw")
+BASE = dict(planned_steps=16, micro_batch=2, eval_every=8, ckpt_every=4, optimizer="adamw")
 # Two processes sum gradients in another order than one (and FSDP's reduce-scatter in another
 # order than DDP's all-reduce): the same training within float32 rounding, not bit for bit.
 RTOL, ATOL = 1e-4, 1e-5
@@ -143,7 +143,7 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     job = tmp_path / "job.json"
     job.write_text(json.dumps(tiny_config(out_dir=str(tmp_path / "killed"), **cfg).to_dict()))
     launcher = (
-        "import json, sys; from lehr.engine.launch import Launch, run; from lehr.engine.config import "
+        "import json, sys; from lehr.engine.dist.launch import Launch, run; from lehr.engine.config import "
         "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=2))"
     )
     proc = subprocess.Popen(
@@ -173,7 +173,7 @@ def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path):
     stopped part way and resumed gives the one-machine run's training."""
     run(tiny_config(out_dir=str(tmp_path / "one-machine"), parallel="fsdp", **BASE), Launch(nproc_per_node=2))
     launcher = (
-        "import json, sys; from lehr.engine.launch import Launch, run; from lehr.engine.config import "
+        "import json, sys; from lehr.engine.dist.launch import Launch, run; from lehr.engine.config import "
         "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=1, nnodes=2, "
         "node_rank=int(sys.argv[2]), rdzv_endpoint='127.0.0.1:' + sys.argv[3]))"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lehr.engine.loop import train
+from lehr.engine.run.loop import train
 
 GOLDEN = {
     "adamw": Path(__file__).with_name("golden_tiny_losses.json"),
@@ -26,7 +26,7 @@ def test_tiny_model_first_20_steps_match_golden(tiny_config, optimizer):
     rates = dict(lr=3e-3, muon_lr=0.02)
     summary = train(
         tiny_config(
-            total_steps=20, log_every=1, eval_every=1000, ckpt_every=1000, optimizer=optimizer, **rates
+            planned_steps=20, log_every=1, eval_every=1000, ckpt_every=1000, optimizer=optimizer, **rates
         )
     )
     rows = [

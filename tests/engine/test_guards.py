@@ -9,15 +9,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.checkpoint import Rolling, load_optimizer
-from lehr.engine.loop import train
-from lehr.engine.step import FAULT_ENV
-from lehr.engine.stopping import DivergedError
+from lehr.engine.artifacts.checkpoint import Rolling, load_optimizer
+from lehr.engine.run.loop import train
+from lehr.engine.run.step import FAULT_ENV
+from lehr.engine.run.stopping import DivergedError
 
 
 def test_a_non_finite_step_is_skipped_and_counted(tiny_config, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "7")
-    summary = train(tiny_config(total_steps=12))
+    summary = train(tiny_config(planned_steps=12))
     assert summary["skips_total"] == 1 and summary["step"] == 12
     # The skipped update left AdamW's own step counter (and so its bias correction) behind by one;
     # the Muon groups' momentum is checked step by step in test_optim.

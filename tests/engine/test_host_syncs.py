@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lehr.engine import loop
-from lehr.engine.metrics import RunLog
-from lehr.engine.step import FAULT_ENV
+from lehr.engine.run import loop
+from lehr.engine.run.metrics import RunLog
+from lehr.engine.run.step import FAULT_ENV
 
 # Every Python-level way a tensor's value reaches the host.
 READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
@@ -34,7 +34,7 @@ def test_one_device_read_per_logged_step(tiny_config, monkeypatch, fault_steps):
         original_step(self, rec)
 
     monkeypatch.setattr(RunLog, "step", logged)
-    summary = loop.train(tiny_config(total_steps=30, log_every=10, eval_every=1000, ckpt_every=1000))
+    summary = loop.train(tiny_config(planned_steps=30, log_every=10, eval_every=1000, ckpt_every=1000))
 
     assert summary["skips_total"] == (1 if fault_steps else 0)
     logs = [i for i, e in enumerate(events) if isinstance(e, tuple)]

@@ -54,7 +54,7 @@ def test_grouped_query_attention_shares_key_value_heads():
 
 
 def test_an_unknown_parallel_kind_or_fsdp_with_fp8_is_refused(tiny_config):
-    from lehr.engine.parts import ConfigError
+    from lehr.config_parts import ConfigError
 
     with pytest.raises(ConfigError, match="parallel = 'zero3'.*ddp.*fsdp"):
         tiny_config(parallel="zero3")

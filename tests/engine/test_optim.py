@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from lehr.engine import optim
-from lehr.engine.checkpoint import CheckpointError, load_optimizer, load_weights
-from lehr.engine.guard import StepGuard
-from lehr.engine.loop import train
+from lehr.engine.artifacts.checkpoint import CheckpointError, load_optimizer, load_weights
 from lehr.engine.model import Transformer, preset
-from lehr.engine.step import FAULT_ENV
+from lehr.engine.run.guard import StepGuard
+from lehr.engine.run.loop import train
+from lehr.engine.run.step import FAULT_ENV
 from tests.engine.test_resume import assert_same_final, train_curve
 
 MUON = dict(optimizer="muon", muon_lr=0.02, lr=3e-3)
@@ -99,7 +99,7 @@ def test_muon_run_stops_and_resumes_exactly(tiny_config, tmp_path):
 
 def test_a_non_finite_step_is_skipped_under_muon(tiny_config, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "7")
-    summary = train(tiny_config(total_steps=12, **MUON))
+    summary = train(tiny_config(planned_steps=12, **MUON))
     assert summary["skips_total"] == 1 and summary["step"] == 12
     state = load_optimizer(Path(summary["final"]), torch.device("cpu"))["optimizer"]["state"]
     assert {float(s["step"]) for s in state.values() if "step" in s} == {11.0}  # AdamW's share skipped
@@ -119,7 +119,7 @@ def test_resume_with_the_other_optimizer_is_refused_and_a_fresh_branch_may_switc
 
 def test_z_loss_keeps_the_logits_normaliser_small_and_logs_the_cross_entropy(tiny_config, tmp_path):
     def run(name, z):
-        s = train(tiny_config(out_dir=str(tmp_path / name), total_steps=30, log_every=1, z_loss=z))
+        s = train(tiny_config(out_dir=str(tmp_path / name), planned_steps=30, log_every=1, z_loss=z))
         rows = [json.loads(r) for r in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         model = Transformer(preset("tiny", 512))
         load_weights(Path(s["final"]), model)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.loop import train
+from lehr.engine.run.loop import train
 
 
 def tensors(run: Path) -> tuple[dict, dict]:
@@ -63,7 +63,7 @@ def collector():
 
 
 def test_a_resumed_run_hands_its_callbacks_the_whole_history(tiny_config, tmp_path):
-    run = dict(out_dir=str(tmp_path / "run"), total_steps=30)
+    run = dict(out_dir=str(tmp_path / "run"), planned_steps=30)
     train(tiny_config(**run, end_step=17))
     SEEN.clear()
     train(tiny_config(**run), [f"{__name__}:collector"])
@@ -75,16 +75,16 @@ def test_a_resumed_run_hands_its_callbacks_the_whole_history(tiny_config, tmp_pa
 def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_path):
     cfg_path = tmp_path / "job.json"
     straight = tmp_path / "straight"
-    train(tiny_config(out_dir=str(straight), total_steps=300, ckpt_every=1000, eval_every=1000))
+    train(tiny_config(out_dir=str(straight), planned_steps=300, ckpt_every=1000, eval_every=1000))
     job = {
         "config": tiny_config(
-            out_dir=str(tmp_path / "killed"), total_steps=300, ckpt_every=1000, eval_every=1000
+            out_dir=str(tmp_path / "killed"), planned_steps=300, ckpt_every=1000, eval_every=1000
         ).to_dict(),
         "callbacks": [],
     }
     cfg_path.write_text(json.dumps(job))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lehr.engine.worker", str(cfg_path), str(tmp_path / "s.json")],
+        [sys.executable, "-m", "lehr.engine.dist.worker", str(cfg_path), str(tmp_path / "s.json")],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -101,25 +101,25 @@ def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_
     latest = (tmp_path / "killed" / "checkpoints" / "latest").read_text().strip()
     assert latest == f"step_{summary['step']:08d}"  # the checkpoint is of the very step it stopped at
     resumed = train(
-        tiny_config(out_dir=str(tmp_path / "killed"), total_steps=300, ckpt_every=1000, eval_every=1000)
+        tiny_config(out_dir=str(tmp_path / "killed"), planned_steps=300, ckpt_every=1000, eval_every=1000)
     )
     assert resumed["mode"] == "resume" and resumed["step"] == 300
     assert_same_final(straight, tmp_path / "killed")
 
 
 def test_resume_under_changed_math_is_refused_naming_keys(tiny_config, tmp_path):
-    from lehr.engine.checkpoint import CheckpointError
+    from lehr.engine.artifacts.checkpoint import CheckpointError
 
     train(tiny_config(end_step=10))
     with pytest.raises(CheckpointError, match=r"another configuration \(lr, weight_decay differ\)"):
         train(tiny_config(lr=1e-2, weight_decay=0.0))
     # Fields that do not change the math may change: the step budget, the log interval.
-    summary = train(tiny_config(total_steps=20, log_every=2))
+    summary = train(tiny_config(planned_steps=20, log_every=2))
     assert summary["mode"] == "resume" and summary["step"] == 20
 
 
 def test_branch_from_an_initial_checkpoint(tiny_config, tmp_path):
-    train(tiny_config(out_dir=str(tmp_path / "base"), total_steps=20))
+    train(tiny_config(out_dir=str(tmp_path / "base"), planned_steps=20))
     start = tmp_path / "base" / "final"
     branch = dict(init_from=str(start), data_seed=5, anneal_start=20, anneal_steps=10, end_step=30)
     s = train(tiny_config(out_dir=str(tmp_path / "branch"), **branch))

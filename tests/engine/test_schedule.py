@@ -6,7 +6,9 @@ import pytest
 
 from lehr.engine.schedule import decay_factor, lr_at
 
-WSD = dict(kind="wsd", lr=1.0, min_lr=0.1, warmup_steps=10, total_steps=100, anneal_steps=20, shape="linear")
+WSD = dict(
+    kind="wsd", lr=1.0, min_lr=0.1, warmup_steps=10, planned_steps=100, anneal_steps=20, shape="linear"
+)
 
 
 def test_warmup_is_linear_to_peak():
@@ -31,7 +33,7 @@ def test_wsd_decays_from_the_decided_start_to_min_lr():
     assert lrs[-1] == pytest.approx(0.1)
 
 
-def test_cosine_baseline_ends_at_min_lr_at_total_steps():
+def test_cosine_baseline_ends_at_min_lr_at_planned_steps():
     cfg = {**WSD, "kind": "cosine"}
     assert lr_at(10, anneal_start=None, **cfg) == pytest.approx(1.0)
     assert lr_at(55, anneal_start=None, **cfg) == pytest.approx(0.55)

@@ -13,11 +13,11 @@ import time
 import psutil
 import pytest
 
-from lehr.engine import loop
-from lehr.engine.checkpoint import Rolling, verify
-from lehr.engine.launch import Launch, run
-from lehr.engine.loop import train
-from lehr.engine.step import FAULT_ENV
+from lehr.engine.artifacts.checkpoint import Rolling, verify
+from lehr.engine.dist.launch import Launch, run
+from lehr.engine.run import loop
+from lehr.engine.run.loop import train
+from lehr.engine.run.step import FAULT_ENV
 from tests.engine.test_resume import assert_same_final
 
 SEND = {}  # what the callback below sends to this process, and after which logged step
@@ -33,7 +33,7 @@ def send_signal():
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_sigint_and_sighup_checkpoint_the_step_and_resume_exactly(tiny_config, tmp_path, caplog, sig):
-    run_ = dict(total_steps=30, ckpt_every=1000, eval_every=1000)
+    run_ = dict(planned_steps=30, ckpt_every=1000, eval_every=1000)
     train(tiny_config(out_dir=str(tmp_path / "straight"), **run_))
     SEND.update(signal=sig, after=10)
     stopped = train(tiny_config(out_dir=str(tmp_path / "stopped"), **run_), [f"{__name__}:send_signal"])
@@ -47,7 +47,7 @@ def test_sigint_and_sighup_checkpoint_the_step_and_resume_exactly(tiny_config, t
 
 
 def test_an_exception_inside_eval_after_a_checkpoint_loses_nothing(tiny_config, tmp_path, monkeypatch):
-    run_ = dict(total_steps=30, ckpt_every=10, eval_every=10)
+    run_ = dict(planned_steps=30, ckpt_every=10, eval_every=10)
     train(tiny_config(out_dir=str(tmp_path / "straight"), **run_))
     real, calls = loop.evaluate, []
 
@@ -73,14 +73,14 @@ def _workers() -> list[psutil.Process]:
     return [
         p
         for p in psutil.Process().children(recursive=True)
-        if "lehr.engine.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+        if "lehr.engine.dist.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
     ]
 
 
 @pytest.mark.slow
 def test_a_signal_to_one_rank_stops_both_at_the_same_step(tiny_config, tmp_path):
     cfg = tiny_config(
-        out_dir=str(tmp_path / "run"), total_steps=5000, micro_batch=2, ckpt_every=10_000, eval_every=10_000
+        out_dir=str(tmp_path / "run"), planned_steps=5000, micro_batch=2, ckpt_every=10_000, eval_every=10_000
     )
     summary: dict = {}
     launcher = threading.Thread(target=lambda: summary.update(run(cfg, Launch(nproc_per_node=2))))
@@ -107,7 +107,7 @@ def test_a_divergence_under_ddp_aborts_both_ranks_and_keeps_the_last_checkpoint(
     monkeypatch.setenv(FAULT_ENV, "12,13,14")  # every rank's loss turns NaN on these steps
     cfg = tiny_config(
         out_dir=str(tmp_path / "run"),
-        total_steps=30,
+        planned_steps=30,
         micro_batch=2,
         ckpt_every=10,
         eval_every=1000,

@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from lehr.__main__ import main
-from lehr.engine.checkpoint import seed_all
-from lehr.engine.loop import train
+from lehr.engine.artifacts.checkpoint import seed_all
+from lehr.engine.evals.tasks import Example, Scored, Scorer, Task, TaskError, evaluate_task, read_task
 from lehr.engine.model import Transformer, preset
-from lehr.engine.tasks import Example, Scored, Scorer, Task, TaskError, evaluate_task, read_task
+from lehr.engine.run.loop import train
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "tasks"
 
@@ -124,7 +124,7 @@ def test_the_fixture_tasks_read_as_their_kinds():
 
 
 def test_eval_and_generate_run_on_a_trained_checkpoint(tiny_config, tmp_path, capsys):
-    train(tiny_config(total_steps=5))
+    train(tiny_config(planned_steps=5))
     final = str(tmp_path / "run" / "final")
     for task in ("everyday_choice", "last_word_cloze"):
         assert main(["eval", final, "--task", str(FIXTURES / f"{task}.jsonl")]) == 0
@@ -141,7 +141,7 @@ def test_eval_and_generate_run_on_a_trained_checkpoint(tiny_config, tmp_path, ca
 
 
 def test_eval_and_generate_give_the_same_on_a_checkpoint_and_its_exports(tiny_config, tmp_path, capsys):
-    train(tiny_config(total_steps=5))
+    train(tiny_config(planned_steps=5))
     final = str(tmp_path / "run" / "final")
     main(["export", final, str(tmp_path / "plain")])
     main(["export", final, str(tmp_path / "hf"), "--hf"])
@@ -162,7 +162,7 @@ def test_task_evals_in_the_loop_are_logged_and_leave_training_exactly_as_it_was(
     from tests.engine.test_resume import assert_same_final
 
     files = {name: str(FIXTURES / f"{name}.jsonl") for name in ("everyday_choice", "last_word_cloze")}
-    run_ = dict(total_steps=20, eval_every=10)
+    run_ = dict(planned_steps=20, eval_every=10)
     train(tiny_config(out_dir=str(tmp_path / "plain"), task_examples=0, **run_))
     metric = "tasks.last_word_cloze.loglik"  # what the best checkpoint goes by, higher is better
     train(

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.checkpoint import SLOW_WRITE_ENV
+from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV
 from tests.e2e import env, make_repo, sh
 
 pytestmark = pytest.mark.slow
@@ -132,7 +132,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     def job(name: str) -> Path:
         cfg = tiny_config(
             out_dir=str(tmp_path / name),
-            total_steps=240,
+            planned_steps=240,
             micro_batch=2,
             ckpt_every=20,
             eval_every=1000,
@@ -152,7 +152,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
                 "--nproc-per-node=2",
                 "--max-restarts=1",
                 "-m",
-                "lehr.engine.worker",
+                "lehr.engine.dist.worker",
                 str(job_path),
                 str(summary),
             ],
@@ -171,7 +171,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     workers = [
         p
         for p in psutil.Process(proc.pid).children(recursive=True)
-        if "lehr.engine.worker" in " ".join(p.cmdline())
+        if "lehr.engine.dist.worker" in " ".join(p.cmdline())
     ]
     assert len(workers) == 2
     workers[1].send_signal(signal.SIGKILL)

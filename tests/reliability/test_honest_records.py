@@ -18,16 +18,16 @@ import pytest
 from tokenizers import Tokenizer
 
 from lehr.__main__ import main
+from lehr.config_parts import from_mapping
 from lehr.data.corpus import Corpus, CorpusError
 from lehr.data.params import TokenizeParams
 from lehr.data.token_store import TokenStoreError, load
 from lehr.datasets import CheckpointDataset, TokenStreamsDataset
 from lehr.datasets.branches_dataset import AnnealBranchesDataset
-from lehr.engine import code_identity
-from lehr.engine.loop import train
-from lehr.engine.metrics import timing
-from lehr.engine.parts import from_mapping
-from lehr.engine.tasks import TaskError, read_task
+from lehr.engine.artifacts import code_identity
+from lehr.engine.evals.tasks import TaskError, read_task
+from lehr.engine.run.loop import train
+from lehr.engine.run.metrics import timing
 from lehr.files import locks
 from lehr.params import AnnealParams, PretrainParams, SoupParams
 from lehr.pipelines.soup.nodes import make_soup
@@ -65,7 +65,7 @@ def test_one_rule_for_every_name_that_becomes_a_folder(name):
 
 def _trained(tiny_config, out: Path, **overrides) -> Path:
     """A tiny finished run's ``final`` checkpoint (two eval points, a few seconds)."""
-    cfg = tiny_config(out_dir=str(out), total_steps=12, eval_every=6, ckpt_every=6, **overrides)
+    cfg = tiny_config(out_dir=str(out), planned_steps=12, eval_every=6, ckpt_every=6, **overrides)
     return Path(train(cfg)["final"])
 
 
@@ -120,8 +120,8 @@ def test_branches_left_out_are_each_named(tiny_config, tmp_path, caplog):
 
 def test_the_code_identity_ignores_comments_and_docstrings_and_code_a_run_never_runs(tmp_path):
     identity = code_identity.of_training()
-    assert "lehr.engine.model" in identity.modules and "lehr.engine.loop" in identity.modules
-    assert "lehr.engine.export" not in identity.modules and "lehr.__main__" not in identity.modules
+    assert "lehr.engine.model" in identity.modules and "lehr.engine.run.loop" in identity.modules
+    assert "lehr.engine.artifacts.export" not in identity.modules and "lehr.__main__" not in identity.modules
     source = (ROOT / "src/lehr/engine/model.py").read_text()
     variants = {
         "comment": source.replace("\nclass ", "\n# a comment, moving every line below\nclass ", 1),
@@ -139,7 +139,7 @@ def test_the_code_identity_ignores_comments_and_docstrings_and_code_a_run_never_
 
 
 def test_a_finished_run_run_again_trains_and_writes_nothing(tiny_config, tmp_path):
-    cfg = tiny_config(out_dir=str(tmp_path / "run"), total_steps=20)
+    cfg = tiny_config(out_dir=str(tmp_path / "run"), planned_steps=20)
     first = train(cfg)
     files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (tmp_path / "run").rglob("*") if p.is_file()}
     again = train(cfg)

@@ -1,5 +1,5 @@
 """Task files made from the held-out split, so every corpus comes with task evaluations that
-need no download and never touch training text (the format of ``lehr.engine.tasks``).
+need no download and never touch training text (the format of ``lehr.engine.evals.tasks``).
 
 * ``heldout_last_word`` (cloze, LAMBADA-style): a paragraph with up to ``CONTEXT_CHARS`` of the
   text before it; the target is its last word.

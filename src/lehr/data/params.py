@@ -1,6 +1,6 @@
 """The data stages' params (tokenize, shard), mirroring ``conf/base/parameters_{tokenize,shard}.yml``.
 
-Validated like the training params (``lehr.engine.parts``) without importing the engine, so a
+Validated like the training params (``lehr.config_parts``) without importing the engine, so a
 change to the training code never makes DVC re-run tokenize or shard.
 """
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import typing
 
+from lehr.config_parts import Section, require, require_positive
 from lehr.data.token_store import parse_slice
-from lehr.engine.parts import Section, require, require_positive
+from lehr.tokens import ENDOFTEXT
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,10 +38,10 @@ class TokenizeParams(Section):
             f"tokens ({floor}) and be at most 1000000",
         )
         require(
-            self.special_tokens[:1] == ["<|endoftext|>"],
+            self.special_tokens[:1] == [ENDOFTEXT],
             "special_tokens",
             self.special_tokens,
-            "must start with <|endoftext|>",
+            f"must start with {ENDOFTEXT}, the document separator",
         )
         require_positive(self, "batch_size")
         require(self.workers >= 0, "workers", self.workers, "must be >= 0 (0 = one per core)")
@@ -51,15 +52,16 @@ class TokenizeParams(Section):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardParams(Section):
     shard_tokens: int  # tokens per shard file (the last shard of a stream may be shorter)
-    task_examples: int = 200  # built-in held-out tasks: examples per source and task; 0 = none
+    builtin_task_examples: int = 200  # built-in held-out tasks: examples per source and task; 0 = none
     task_seed: int = 0  # the built-in tasks' distractors and answer positions
     SECTION: typing.ClassVar[str] = "shard"
+    RENAMED: typing.ClassVar[dict] = {"task_examples": "builtin_task_examples"}
 
     def check(self) -> None:
         require_positive(self, "shard_tokens")
         require(
-            self.task_examples >= 0,
-            "task_examples",
-            self.task_examples,
+            self.builtin_task_examples >= 0,
+            "builtin_task_examples",
+            self.builtin_task_examples,
             "must be >= 0 (0 = no built-in tasks)",
         )

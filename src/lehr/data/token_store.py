@@ -57,7 +57,7 @@ class TokenStoreError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class EncodeJob:
     """One part to encode: a corpus file, or under a per-stream cap all files of a stream (not an
-    eval task: those are ``engine.tasks.Task``)."""
+    eval task: those are ``lehr.engine.evals.tasks.Task``)."""
 
     index: int
     stream: str

@@ -12,8 +12,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from lehr.data.corpus import Document
-
-EOT = "<|endoftext|>"
+from lehr.tokens import ENDOFTEXT
 
 
 class SampleHeap:
@@ -107,9 +106,9 @@ def encode_documents(
     ``encode_batch_fast`` runs a batch on all the cores it is given, in Rust, and skips offset
     tracking, which lehr never uses.
     """
-    eot = tok.token_to_id(EOT)
+    eot = tok.token_to_id(ENDOFTEXT)
     if eot is None:
-        raise ValueError(f"the tokenizer has no {EOT} token; add it to tokenize.special_tokens")
+        raise ValueError(f"the tokenizer has no {ENDOFTEXT} token; add it to tokenize.special_tokens")
     dtype = token_dtype(tok.get_vocab_size())
     batch: list[Document] = []
     for d in itertools.chain(docs, [None]):

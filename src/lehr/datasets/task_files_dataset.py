@@ -10,7 +10,7 @@ from lehr.files.atomic import staged_dir
 
 
 class TaskFilesDataset(AbstractDataset[dict, dict]):
-    """A folder of task files, ``<task>.jsonl`` (the format of ``lehr.engine.tasks``).
+    """A folder of task files, ``<task>.jsonl`` (the format of ``lehr.engine.evals.tasks``).
 
     Saved whole: written beside the old folder and swapped in, so a kill leaves the old set.
     Loaded as {task name: path}; a folder that does not exist holds no tasks.

@@ -1,12 +1,20 @@
 """The training engine: a plain PyTorch package (no Kedro, DVC or MLflow imports).
 
-Modules, in the order a run meets them: ``parts`` and ``config`` (the run's settings, declared
-once), ``launch`` (torchrun or in-process) and ``worker``, ``loop`` (the outline of a run),
-``start`` (fresh, resume or branch), ``code_identity`` (which code trained a run), ``memory``
-(the estimate per GPU), ``step`` (one optimizer step), ``optim`` (AdamW and Muon), ``stopping``
-(the stop policies), ``distributed`` (process groups), ``parallel`` (DDP and FSDP2), ``model``,
-``schedule`` (LR and data mix), ``data`` (the shard stream), ``guard`` (non-finite steps and
-spikes), ``hardware`` (precision profiles), ``evaluation`` (held-out metrics, samples), ``tasks``
-(task scoring), ``checkpoint`` (atomic save, exact resume) and ``sharded_checkpoint`` (DCP),
-``metrics`` (the run log), ``signals``, ``fp8``, ``soup``, ``export``.
+What a step computes sits at the top, where a newcomer looks first: ``model`` (the transformer),
+``optim`` (AdamW and Muon), ``schedule`` (the learning rate and the data mix over the steps),
+``batches`` (the shard stream a step draws from), ``config`` (a run's settings, declared once
+in parts), ``hardware`` (precision profiles), ``fp8`` and ``memory`` (the estimate per GPU).
+
+The rest is grouped by what it does:
+
+- ``run``: one run from start to end: ``loop`` (its outline), ``start`` (fresh, resume or
+  branch), ``step`` (one optimizer step), ``guard`` (non-finite steps and spikes), ``stopping``
+  (the stop policies), ``metrics`` (the run's log) and ``signals``;
+- ``dist``: more than one process: ``launch`` (torchrun or in-process) and ``worker`` (each
+  process's entry), ``distributed`` (process groups) and ``parallel`` (DDP and FSDP2);
+- ``artifacts``: what a run leaves: ``checkpoint`` (atomic, verified, exact resume),
+  ``sharded_checkpoint`` (DCP under FSDP), ``code_identity`` (which code trained it),
+  ``soup`` and ``export``;
+- ``evals``: how a model is scored: ``evaluation`` (held-out loss and bits per byte, samples)
+  and ``tasks`` (task scoring by log-likelihood).
 """

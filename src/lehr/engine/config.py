@@ -5,6 +5,8 @@ that declares its settings with their types, defaults and checks. ``TrainConfig`
 together; the Kedro stage params (``lehr.params``) inherit the same parts, so a setting such as
 ``lr`` is declared, defaulted and validated here and nowhere else, and a stage's params become a
 ``TrainConfig`` by taking the fields the parts share (``run_config``) instead of copying them.
+An anneal branch's own settings are one more part, ``BranchConfig``, applied by
+``TrainConfig.branch``.
 
 A field either changes the math of a step or it does not (``RESUMABLE``): the math fields make
 the hash that an exact resume must match.
@@ -18,10 +20,10 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from lehr.config_parts import Part, check_mix, require, require_positive, require_seed
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
 from lehr.engine.optim import OPTIMIZERS
-from lehr.engine.parts import Part, check_mix, require, require_positive, require_seed
 from lehr.engine.schedule import SHAPES
 
 
@@ -29,15 +31,20 @@ from lehr.engine.schedule import SHAPES
 class ScheduleConfig(Part):
     """The learning rate over the steps: warmup, then WSD's stable phase or a cosine."""
 
-    schedule: Literal["wsd", "cosine"] = "wsd"  # cosine = the baseline: one warmup + cosine over total_steps
+    schedule: Literal["wsd", "cosine"] = (
+        "wsd"  # cosine = the baseline: one warmup + cosine over planned_steps
+    )
     lr: float = 6e-3  # peak learning rate (with muon: of the AdamW groups)
     min_lr: float = 6e-4  # floor of the cosine; WSD decays to the anneal's own min_lr
     warmup_steps: int = 40
-    total_steps: int = 700  # nominal budget in optimizer steps, stable + anneal
-    RESUMABLE: ClassVar[frozenset] = frozenset({"total_steps"})
+    # The planned length in optimizer steps: the planned stable phase and the planned decay. The
+    # fractions of the stable phase and the anneal are of it; auto-anneal may stop the stable phase
+    # later than planned (up to auto_anneal.max_fraction), so a run can be longer: 490 + 280 steps.
+    planned_steps: int = 700
+    RESUMABLE: ClassVar[frozenset] = frozenset({"planned_steps"})
 
     def check(self) -> None:
-        require_positive(self, "lr", "total_steps")
+        require_positive(self, "lr", "planned_steps")
         require(0 <= self.min_lr <= self.lr, "min_lr", self.min_lr, "must lie in [0, lr]")
         require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
 
@@ -258,13 +265,36 @@ SHARED_PARTS = (
 class StopRule:
     """When the stable phase ends and ``pre_anneal`` is saved (auto-anneal, bounded)."""
 
-    planned_step: int  # anneal start without auto-anneal: (1 - decay_fraction) * total_steps
+    planned_step: int  # anneal start without auto-anneal: (1 - planned_decay_fraction) * planned_steps
     min_step: int  # auto-anneal never starts the decay before this step
     max_step: int  # ...nor after this one (the stable phase may extend up to here)
     auto: bool  # decide by the held-out curve; False = always planned_step
     stall_window: int  # evals compared: best of the last half vs best of the half before
     stall_eps: float  # nats; a gain smaller than this counts as a stall
     save_to: str  # directory where the pre_anneal checkpoint is written
+
+
+def check_phases(mix: list, key: str) -> None:
+    """An anneal mix: [[end_fraction, {tier: weight}], ...], phases whose ends rise within (0, 1]."""
+    require(
+        bool(mix)
+        and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], dict) for p in mix),
+        key,
+        mix,
+        "must be a list of [end_fraction, {tier: weight}] pairs",
+    )
+    ends = [p[0] for p in mix]
+    require(
+        all(isinstance(e, (int, float)) and not isinstance(e, bool) and 0 < e <= 1 for e in ends)
+        and ends == sorted(ends)
+        and len(set(ends)) == len(ends),
+        key,
+        mix,
+        f"has phase end fractions {ends}: they must rise strictly within (0, 1], "
+        f"e.g. [[0.5, {{silver: 1}}], [1.0, {{gold: 1}}]]",
+    )
+    for i, (_, weights) in enumerate(mix):
+        check_mix(weights, f"{key}[{i}]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,12 +306,47 @@ class DecayConfig(Part):
     decay_shape: Literal[SHAPES] = "1-sqrt"
     anneal_mix: list = field(default_factory=list)  # [[end_fraction, {tier: weight}], ...] over the decay
 
+    def check(self) -> None:
+        require(self.anneal_steps >= 0, "anneal_steps", self.anneal_steps, "must be >= 0")
+        if self.anneal_mix:  # none = the stable mix throughout
+            check_phases(self.anneal_mix, "anneal_mix")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BranchConfig(Part):
+    """An anneal branch from a saved checkpoint: the branch's own decay, data and early stop, which
+    take the place of the stable run's in the config it trains under (``TrainConfig.branch``)."""
+
+    decay_steps: int = 0  # decay length in steps; 0 = decay_fraction of planned_steps
+    decay_fraction: float = 0.4  # of planned_steps, when decay_steps is 0
+    shape: Literal[SHAPES] = "1-sqrt"
+    min_lr: float = 0.0  # learning rate at the end of the decay
+    mix: list = field(default_factory=lambda: [[1.0, {"gold": 1.0, "silver": 1.0}]])  # phases over the decay
+    data_seed: int = 2  # a fresh seed, so the branch does not replay the stable windows
+    # Carry the optimizer's state over from the checkpoint: AdamW's moments and, under Muon, its momentum.
+    init_optimizer: bool = True
+    patience: int = 4  # evals without a new best before an early stop, counted from mid-decay; 0 = off
+    eval_every: int = 20  # steps
+
+    def check(self) -> None:
+        require(self.decay_steps >= 0, "decay_steps", self.decay_steps, "must be >= 0")
+        require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must lie in (0, 1)")
+        require(self.min_lr >= 0, "min_lr", self.min_lr, "must be >= 0")
+        check_phases(self.mix, "mix")
+        require_seed("data_seed", self.data_seed)
+        require(self.patience >= 0, "patience", self.patience, "must be >= 0 (0 = off)")
+        require_positive(self, "eval_every")
+
+    def length(self, planned_steps: int) -> int:
+        """The decay's steps for a run planned to be ``planned_steps`` long."""
+        return self.decay_steps or max(1, round(self.decay_fraction * planned_steps))
+
 
 @dataclass(frozen=True, kw_only=True)
 class StopConfig(Part):
     """What ends the run besides its budget; the policies in ``stopping`` read these."""
 
-    end_step: int | None = None  # stop before this step; None = total_steps unless stop_rule decides
+    end_step: int | None = None  # stop before this step; None = planned_steps unless stop_rule decides
     stop_rule: StopRule | None = None  # the stable phase only
     patience: int = 0  # evals without a new best before an early stop; 0 = never
     patience_from_step: int = 0  # patience is only counted from this step (mid-decay)
@@ -331,6 +396,27 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
                 f"{', '.join(sorted(self.task_files)) or 'none'} (task_examples = {self.task_examples} "
                 "per eval; it must be > 0)",
             )
+
+    def branch(self, b: BranchConfig, start: int, init_from: str) -> TrainConfig:
+        """This run's settings, branched from ``init_from`` (saved at step ``start``) under ``b``:
+        WSD decays for ``b.length`` steps; the cosine baseline finishes its schedule, spending
+        exactly ``planned_steps``, like WSD's planned stable phase and decay."""
+        end = self.planned_steps if self.schedule == "cosine" else start + b.length(self.planned_steps)
+        return dataclasses.replace(
+            self,
+            data_seed=b.data_seed,
+            eval_every=b.eval_every,
+            min_lr=b.min_lr if self.schedule == "wsd" else self.min_lr,
+            anneal_mix=b.mix,
+            anneal_start=start,
+            anneal_steps=end - start,
+            decay_shape=b.shape,
+            end_step=end,
+            init_from=init_from,
+            init_optimizer=b.init_optimizer,
+            patience=b.patience,
+            patience_from_step=start + (end - start) // 2,
+        )
 
     def grad_accum(self, world_size: int) -> int:
         per_step = self.micro_batch * world_size

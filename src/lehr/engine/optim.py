@@ -5,7 +5,7 @@
   matrices, the attention and MLP projections; AdamW on the embeddings, the output head and the
   norm gains, which Muon is not made for. Each group keeps its own LR and weight decay.
 
-The non-finite guard and loss-spike skipping decide on the device (``guard.py``) and hand the
+The non-finite guard and loss-spike skipping decide on the device (``run.guard``) and hand the
 optimizer ``found_inf``; fused AdamW honours it inside its kernel. ``torch.optim.Muon`` has no
 such input, so ``MuonAdamW`` applies Muon's step (torch's arithmetic and LR scaling, with the
 orthogonalisation batched over matrices of one shape) with every change to a parameter or its
@@ -42,7 +42,7 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         {"params": gains, "weight_decay": 0.0},
     ]
     if cfg.optimizer == "adamw":
-        # Fused on every device: one kernel per step, and it honours ``found_inf`` (see guard.py).
+        # Fused on every device: one kernel per step, and it honours ``found_inf`` (see run/guard.py).
         return torch.optim.AdamW(adam_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
     hidden = [p for n, p in named if is_hidden_matrix(n, p)]
     muon_group = {

@@ -3,7 +3,7 @@
 * ``wsd`` (warmup-stable-decay): linear warmup to the peak, flat until ``anneal_start``, then a
   decay of ``anneal_steps`` to ``min_lr`` with shape ``linear``, ``cosine`` or ``1-sqrt``. With
   ``anneal_start=None`` the stable phase is open-ended (the decay start is decided later).
-* ``cosine``: linear warmup, then cosine from the peak to ``min_lr`` at ``total_steps``.
+* ``cosine``: linear warmup, then cosine from the peak to ``min_lr`` at ``planned_steps``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def lr_at(
     lr: float,
     min_lr: float,
     warmup_steps: int,
-    total_steps: int,
+    planned_steps: int,
     anneal_start: int | None,
     anneal_steps: int,
     shape: str,
@@ -40,7 +40,7 @@ def lr_at(
     if step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     if kind == "cosine":
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        progress = (step - warmup_steps) / max(1, planned_steps - warmup_steps)
         return min_lr + (lr - min_lr) * decay_factor(progress, "cosine")
     if kind != "wsd":
         raise ValueError(f"unknown schedule {kind!r}; choose wsd or cosine")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kedro.framework.hooks import hook_impl
 
-from lehr.engine.metrics import flatten
+from lehr.engine.run.metrics import flatten
 from lehr.project import profile_in_force
 from lehr.tracking import runs as tracking
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr.engine.metrics import without_clock
+from lehr.engine.run.metrics import without_clock
 from lehr.params import AnnealParams, PretrainParams
 from lehr.reporting import read_curve, stage_metrics
 from lehr.training import anneal_job, run_engine

@@ -10,7 +10,8 @@ from lehr.data.builtin_tasks import documents, make_tasks
 from lehr.data.params import ShardParams
 from lehr.data.sharding import ShardSpec
 from lehr.data.token_store import TokenStoreError, TokenStreams
-from lehr.data.tokenization import EOT, tokenizer_sha256
+from lehr.data.tokenization import tokenizer_sha256
+from lehr.tokens import ENDOFTEXT
 
 HELDOUT_CHARS = 20_000_000  # per source: the built-in tasks read this much held-out text at most
 
@@ -18,9 +19,9 @@ HELDOUT_CHARS = 20_000_000  # per source: the built-in tasks read this much held
 def heldout_tasks(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> dict[str, list]:
     """Task files made from the held-out streams (``lehr.data.builtin_tasks``)."""
     _check_tokenizer(token_streams, tokenizer)
-    if not params.task_examples:
+    if not params.builtin_task_examples:
         return {}
-    eot, heldout = tokenizer.token_to_id(EOT), {}
+    eot, heldout = tokenizer.token_to_id(ENDOFTEXT), {}
     for name in (n for n in token_streams.streams if n.startswith("heldout/")):
         docs, chars = [], 0
         for doc in documents(token_streams.chunks(name), eot, tokenizer.decode):
@@ -29,7 +30,7 @@ def heldout_tasks(token_streams: TokenStreams, tokenizer: Tokenizer, params: Sha
             if chars > HELDOUT_CHARS:
                 break
         heldout[name.split("/", 1)[1]] = docs
-    return make_tasks(heldout, params.task_examples, params.task_seed)
+    return make_tasks(heldout, params.builtin_task_examples, params.task_seed)
 
 
 def _check_tokenizer(token_streams: TokenStreams, tokenizer: Tokenizer) -> str:
@@ -46,7 +47,11 @@ def _check_tokenizer(token_streams: TokenStreams, tokenizer: Tokenizer) -> str:
 
 def shard_streams(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> ShardSpec:
     sha = _check_tokenizer(token_streams, tokenizer)
-    info = {"sha256": sha, "vocab_size": tokenizer.get_vocab_size(), "eot_id": tokenizer.token_to_id(EOT)}
+    info = {
+        "sha256": sha,
+        "vocab_size": tokenizer.get_vocab_size(),
+        "eot_id": tokenizer.token_to_id(ENDOFTEXT),
+    }
     names = list(token_streams.streams)
     return ShardSpec(
         {n: functools.partial(token_streams.chunks, n) for n in names},

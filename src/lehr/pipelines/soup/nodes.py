@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from lehr.datasets.branches_dataset import kind_of
-from lehr.engine.soup import average
+from lehr.engine.artifacts.soup import average
 from lehr.files.names import RULE, is_folder_name
 from lehr.params import SoupParams
 from lehr.tracking.provenance import branched_from

@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from lehr.engine.checkpoint import load_weights, verify, written_or_nothing
-from lehr.engine.evaluation import load_model
+from lehr.engine.artifacts.checkpoint import load_weights, verify, written_or_nothing
+from lehr.engine.evals.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
 from lehr.files.atomic import sha256_file, staged_dir
+from lehr.tokens import ENDOFTEXT
 
 
 class ExportError(ValueError):
@@ -75,10 +76,15 @@ def _written_whole(out: Path, write) -> Path:
 
 def export_plain(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
     """``model.safetensors`` (tied weights stored once) + ``config.json`` + ``tokenizer.json``."""
+    return _export(checkpoint, out, tokenizer, _write_plain)
+
+
+def _export(checkpoint: Path, out: Path, tokenizer: Path | None, write) -> Path:
+    """Every input verified before anything is written, then ``out`` written whole or not at all."""
     verify(checkpoint)
     check_target(checkpoint, out)
     tokenizer = checked_tokenizer(checkpoint, tokenizer)
-    return _written_whole(out, lambda folder: _write_plain(checkpoint, folder, tokenizer))
+    return _written_whole(out, lambda folder: write(checkpoint, folder, tokenizer))
 
 
 def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
@@ -147,10 +153,7 @@ def hf_config(cfg: ModelConfig):
 
 def export_hf(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> Path:
     """A folder that ``transformers.AutoModelForCausalLM.from_pretrained`` loads."""
-    verify(checkpoint)
-    check_target(checkpoint, out)
-    tokenizer = checked_tokenizer(checkpoint, tokenizer)
-    return _written_whole(out, lambda folder: _write_hf(checkpoint, folder, tokenizer))
+    return _export(checkpoint, out, tokenizer, _write_hf)
 
 
 def _write_hf(checkpoint: Path, out: Path, tokenizer: Path) -> None:
@@ -166,7 +169,7 @@ def _write_hf(checkpoint: Path, out: Path, tokenizer: Path) -> None:
             f"{type(hf).__name__} mapping incomplete: missing {missing}, unexpected {unexpected}"
         )
     hf.save_pretrained(out)
-    PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>").save_pretrained(out)
+    PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token=ENDOFTEXT).save_pretrained(out)
 
 
 class ExportedHF(torch.nn.Module):

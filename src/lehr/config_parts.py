@@ -1,8 +1,9 @@
 """Typed config parts: a frozen dataclass per part whose fields declare each setting once, with
 its type, default and check, and errors that name the setting and what to do.
 
-Kept apart from the engine's own configs (``config``) so that the data stages can validate
-their params the same way without importing the training engine.
+The engine's run config (``lehr.engine.config``), the training stages' params and the data
+stages' params are all built from these, so the data stages validate theirs the same way
+without depending on the training engine.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _expected(hint: Any) -> str:
 def build(cls: type, mapping: dict) -> Any:
     """``cls(**mapping)``, refusing unknown keys by name (a typo must not fall back to a default)."""
     known = sorted(f.name for f in dataclasses.fields(cls))
-    unknown = sorted(set(mapping) - set(known))
+    unknown = sorted(set(mapping) - set(known) - set(getattr(cls, "RENAMED", {})))
     if unknown:
         raise ConfigError(unknown[0], known=known)
     return cls(**mapping)
@@ -120,6 +121,15 @@ class Part:
     ``check`` of each class along the inheritance chain (so a composed config checks every part)."""
 
     RESUMABLE: ClassVar[frozenset] = frozenset()  # fields a resumed run may change
+    RENAMED: ClassVar[dict[str, str]] = {}  # an old key -> its new name; the old one is refused
+
+    def __new__(cls, *args, **kwargs):
+        # Before the dataclass's __init__, whose refusal would only say "unexpected keyword".
+        for old in sorted(kwargs.keys() & cls.RENAMED.keys()):
+            raise ConfigError(
+                old, kwargs[old], f"was renamed: write {cls.RENAMED[old]} instead (the same setting)"
+            )
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -150,6 +160,12 @@ class Section(Part):
     (``parameter pretrain.lr = 0 must be positive``)."""
 
     SECTION: ClassVar[str]
+
+    def __new__(cls, *args, **kwargs):
+        try:
+            return super().__new__(cls, *args, **kwargs)
+        except ConfigError as e:
+            raise ValueError(e.within(cls.SECTION).describe("parameter ")) from None
 
     def __post_init__(self) -> None:
         try:

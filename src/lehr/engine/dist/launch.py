@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from lehr.engine.config import Launch, TrainConfig
-from lehr.engine.loop import train
+from lehr.engine.run.loop import train
 from lehr.files import locks
 from lehr.files.atomic import sibling
 
@@ -79,7 +79,7 @@ def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_d
             "torch.distributed.run",
             *torchrun_args(launch),
             "-m",
-            "lehr.engine.worker",
+            "lehr.engine.dist.worker",
             str(cfg_path),
             str(summary_path),
         ]

@@ -7,7 +7,7 @@ What counts is the code as Python parses it, not its text: each module's syntax 
 docstrings, line numbers or columns (comments never reach the tree). A comment, a docstring or a
 reformatting leaves the hash as it was; a change to what any statement does changes it. And only
 the modules a run can execute count: those reachable by imports from the training loop
-(``lehr.engine.loop``), found statically, with the packages that hold them; a change to
+(``lehr.engine.run.loop``), found statically, with the packages that hold them; a change to
 ``export`` or the CLI does not touch a training run's identity.
 """
 
@@ -20,7 +20,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-ENTRY = "lehr.engine.loop"  # ``train`` lives here: everything a step computes is reachable from it
+ENTRY = "lehr.engine.run.loop"  # ``train`` lives here: everything a step computes is reachable from it
 PACKAGE = "lehr"
 
 
@@ -78,7 +78,7 @@ def _closure(entry: str) -> dict[str, str]:
                 todo += [a.name for a in node.names if _ours(a.name)]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _ours(node.module):
                 todo.append(node.module)
-                # ``from lehr.engine import checkpoint`` imports a module, not a name
+                # ``from lehr.engine.artifacts import checkpoint`` imports a module, not a name
                 todo += [
                     f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")
                 ]

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ENDOFTEXT = "<|endoftext|>"
+from lehr.tokens import ENDOFTEXT
 
 
 class TaskError(ValueError):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.tensor import DTensor
 
-from lehr.engine import parallel
-from lehr.engine.guard import StepGuard
+from lehr.engine.dist import parallel
 from lehr.engine.hardware import Hardware, memory_report
+from lehr.engine.run.guard import StepGuard
 
 FAULT_ENV = "LEHR_FAULT_NONFINITE_STEPS"  # test-only: comma-separated steps whose loss becomes NaN
 

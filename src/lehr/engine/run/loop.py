@@ -14,20 +14,23 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr.engine import checkpoint, code_identity, distributed, memory, optim, parallel, step
+from lehr.engine import memory, optim
+from lehr.engine.artifacts import checkpoint, code_identity
+from lehr.engine.artifacts.sharded_checkpoint import ShardedSaves
+from lehr.engine.batches import ShardSet, manifest_sha256
 from lehr.engine.config import TrainConfig
-from lehr.engine.data import ShardSet, manifest_sha256
-from lehr.engine.evaluation import HeldOut, evaluate, sample_text
-from lehr.engine.guard import StepGuard
+from lehr.engine.dist import distributed, parallel
+from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text
+from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 from lehr.engine.hardware import memory_report, resolve
-from lehr.engine.metrics import RunLog, load_callbacks, timing
 from lehr.engine.model import Transformer
+from lehr.engine.run import step
+from lehr.engine.run.guard import StepGuard
+from lehr.engine.run.metrics import RunLog, load_callbacks, timing
+from lehr.engine.run.signals import GracefulStop
+from lehr.engine.run.start import build, start
+from lehr.engine.run.stopping import DivergedError, Divergence, policies
 from lehr.engine.schedule import lr_at, mix_at
-from lehr.engine.sharded_checkpoint import ShardedSaves
-from lehr.engine.signals import GracefulStop
-from lehr.engine.start import build, start
-from lehr.engine.stopping import DivergedError, Divergence, policies
-from lehr.engine.tasks import Scorer, evaluate_task, read_task
 
 
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
@@ -200,7 +203,7 @@ class Run:
         cfg = self.cfg
         if cfg.stop_rule:
             return self.prog.anneal_start if self.prog.anneal_start is not None else cfg.stop_rule.max_step
-        return cfg.end_step if cfg.end_step is not None else cfg.total_steps
+        return cfg.end_step if cfg.end_step is not None else cfg.planned_steps
 
     def due(self, *intervals: int) -> bool:
         return any(self.prog.step % every == 0 for every in intervals)
@@ -218,7 +221,7 @@ class Run:
             lr=cfg.lr,
             min_lr=cfg.min_lr,
             warmup_steps=cfg.warmup_steps,
-            total_steps=cfg.total_steps,
+            planned_steps=cfg.planned_steps,
             anneal_start=self.anneal_start,
             anneal_steps=cfg.anneal_steps,
             shape=cfg.decay_shape,

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine import checkpoint
+from lehr.engine.artifacts import checkpoint
 from lehr.engine.model import ModelConfig, Transformer
 
 

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import torch
 
-from lehr.engine import checkpoint, code_identity, fp8, optim, parallel, sharded_checkpoint
+from lehr.engine import fp8, optim
+from lehr.engine.artifacts import checkpoint, code_identity, sharded_checkpoint
+from lehr.engine.batches import ShardSet, TrainStream
 from lehr.engine.config import TrainConfig, math_diff
-from lehr.engine.data import ShardSet, TrainStream
-from lehr.engine.distributed import Dist
+from lehr.engine.dist import parallel
+from lehr.engine.dist.distributed import Dist
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import Transformer
-from lehr.engine.stopping import Progress
+from lehr.engine.run.stopping import Progress
 
 log = logging.getLogger("lehr.train")
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from lehr.engine.checkpoint import load_weights, verify
-from lehr.engine.data import Source, eval_windows
+from lehr.engine.artifacts.checkpoint import load_weights, verify
+from lehr.engine.batches import Source, eval_windows
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import ModelConfig, Transformer
+from lehr.tokens import ENDOFTEXT
 
 LN2 = math.log(2)
 
@@ -69,18 +71,41 @@ def evaluate(
     return out
 
 
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """The prompt's tokens; an empty prompt starts where a document does, after end-of-text."""
+    return tokenizer.encode(prompt).ids or [tokenizer.token_to_id(ENDOFTEXT)]
+
+
 @torch.no_grad()
-def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, device: torch.device) -> str:
-    """A short continuation from a fixed-seed generator, so samples at different steps compare."""
-    ids = tokenizer.encode(prompt).ids or [0]
-    gen = torch.Generator(device=device).manual_seed(1234)
+def sample(
+    model: torch.nn.Module,
+    ids: list[int],
+    n_tokens: int,
+    device: torch.device,
+    *,
+    temperature: float = 0.8,
+    top_k: int = 40,
+    seed: int = 1234,
+) -> Iterator[torch.Tensor]:
+    """The tokens continuing ``ids``, one at a time, each a tensor on ``device`` (reading one is
+    the caller's host sync). A fixed seed gives the same tokens, so samples at different steps compare."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     was_training = model.training
     model.eval()
-    out = model.generate(
-        torch.tensor([ids], device=device), n_tokens, temperature=0.8, top_k=40, generator=gen
-    )
-    model.train(was_training)
-    return tokenizer.decode(out[0].tolist())
+    x = torch.tensor([ids], device=device)
+    try:
+        for _ in range(n_tokens):
+            x = model.generate(x, 1, temperature=temperature, top_k=top_k, generator=gen)
+            yield x[0, -1]
+    finally:
+        model.train(was_training)
+
+
+def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, device: torch.device) -> str:
+    """The prompt and a short continuation of it, read from the device once."""
+    ids = prompt_ids(tokenizer, prompt)
+    new = list(sample(model, ids, n_tokens, device))
+    return tokenizer.decode(ids + (torch.stack(new).tolist() if new else []))
 
 
 def load_model(path, device: torch.device) -> torch.nn.Module:

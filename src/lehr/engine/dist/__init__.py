@@ -1,0 +1,1 @@
+"""More than one process: starting them, their process groups, and how the model is spread."""

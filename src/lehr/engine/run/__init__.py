@@ -1,0 +1,1 @@
+"""One training run from start to end: ``loop.train`` is its outline."""
