@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup corpus run smoke test bench mlflow-ui viz check-params
+.PHONY: setup corpus run ladder smoke test bench mlflow-ui viz check-params
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ corpus: setup
 # so changing it re-runs exactly the stages whose configuration differs.
 run: setup
 	$(BIN)/dvc repro
+
+# The model ladder and its scaling-law fit (docs/ladder.md): its own DVC stages, after the main
+# pipeline's shards; `dvc repro` alone never runs them.
+ladder: setup
+	$(BIN)/dvc repro ladder/dvc.yaml
 
 # Validate every stage's params first: `dvc exp run -S key=bad` removes outputs before a stage refuses.
 check-params: setup

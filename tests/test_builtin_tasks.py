@@ -68,7 +68,9 @@ def test_tasks_are_made_per_source_up_to_the_limit():
 
 
 def _params(tasks):
-    return EvaluateParams(branches=[], eval_windows=4, sample_prompt="The", sample_tokens=0, tasks=tasks)
+    return EvaluateParams(
+        branches=[], eval_windows=4, sample_prompt="The", sample_tokens=0, baseline="", tasks=tasks
+    )
 
 
 def test_evaluate_refuses_an_unknown_task_listing_the_ones_there_are(tmp_path):

@@ -51,7 +51,7 @@ def _made_from(root, pre_anneal, current: bool):
 
 
 def test_branches_of_an_earlier_stable_phase_are_left_out_of_all_and_refused_by_name(tmp_path, caplog):
-    from lehr.scoring import chosen_branches
+    from lehr.scoring import chosen_branches, origins
 
     pre_anneal = tmp_path / "pre_anneal"
     pre_anneal.mkdir()
@@ -62,12 +62,22 @@ def test_branches_of_an_earlier_stable_phase_are_left_out_of_all_and_refused_by_
         "old": _made_from(tmp_path / "anneal" / "old", pre_anneal, current=False),
     }
     anneal = SimpleNamespace(branch="now")
+    ours = origins(pre_anneal, {})
     with caplog.at_level(logging.INFO):
-        kept = chosen_branches(branches, None, anneal, SimpleNamespace(branches=["all"]), pre_anneal)
+        kept = chosen_branches(branches, None, anneal, SimpleNamespace(branches=["all"]), ours)
     assert kept == ["now", "other"] and "earlier stable phase (another pre_anneal): old" in caplog.text
-    with pytest.raises(ValueError, match=r"branch\(es\) old in .*anneal started from another pre_anneal"):
-        chosen_branches(branches, None, anneal, SimpleNamespace(branches=["old"]), pre_anneal)
-    with pytest.raises(ValueError, match="branch.*old.*another pre_anneal"):
-        chosen_branches(
-            branches, None, SimpleNamespace(branch="old"), SimpleNamespace(branches=[]), pre_anneal
-        )
+    with pytest.raises(
+        ValueError, match=r"branch\(es\) old in .*anneal started from a checkpoint of another"
+    ):
+        chosen_branches(branches, None, anneal, SimpleNamespace(branches=["old"]), ours)
+    with pytest.raises(ValueError, match="branch.*old.*another stable run"):
+        chosen_branches(branches, None, SimpleNamespace(branch="old"), SimpleNamespace(branches=[]), ours)
+    # A branch from a branch point of this stable run compares with it like one from pre_anneal.
+    point = tmp_path / "branch_points" / "tokens-512"
+    point.mkdir(parents=True)
+    (point / "state.json").write_text('{"progress": {"step": 1}}')
+    branches["early"] = _made_from(tmp_path / "anneal" / "early", point, current=True)
+    kept = chosen_branches(
+        branches, None, anneal, SimpleNamespace(branches=["all"]), origins(pre_anneal, {"tokens-512": point})
+    )
+    assert kept == ["early", "now", "other"]

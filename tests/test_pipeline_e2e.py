@@ -353,11 +353,11 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
 
 
 def test_an_override_in_the_profile_is_a_change_dvc_sees_and_a_stray_one_is_refused(repo):
-    assert json.loads(sh(repo, "dvc", "status", "--json").stdout) == {}
+    assert json.loads(sh(repo, "dvc", "status", "dvc.yaml", "--json").stdout) == {}
     override = repo / "conf/smoke/parameters_anneal.yml"  # the sandbox's profile is smoke
     shipped = override.read_text()
     override.write_text(shipped.replace("anneal:\n", "anneal:\n  shape: cosine\n", 1))
-    changed = json.loads(sh(repo, "dvc", "status", "--json").stdout)
+    changed = json.loads(sh(repo, "dvc", "status", "dvc.yaml", "--json").stdout)
     assert set(changed) == {"anneal", "evaluate"}, changed  # the stages that read anneal's params, no others
     override.write_text(shipped)
     (repo / "conf/smoke/parameters_mine.yml").write_text("anneal: {shape: linear}\n")
@@ -373,7 +373,7 @@ def test_a_task_file_of_your_own_reruns_evaluate_and_is_scored_on_every_model(re
     shutil.copy2(
         ROOT / "tests/fixtures/tasks/everyday_choice.jsonl", repo / "data/01_raw/tasks/everyday.jsonl"
     )
-    assert set(json.loads(sh(repo, "dvc", "status", "--json").stdout)) == {"evaluate"}
+    assert set(json.loads(sh(repo, "dvc", "status", "dvc.yaml", "--json").stdout)) == {"evaluate"}
     out = sh(repo, "dvc", "repro")
     assert stages_run(out.stdout) == ["evaluate"]
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
@@ -384,3 +384,45 @@ def test_a_task_file_of_your_own_reruns_evaluate_and_is_scored_on_every_model(re
         bad.returncode != 0
         and "unknown task(s) nope in evaluate.tasks; the tasks are: everyday" in bad.stderr
     )
+
+
+def test_a_branch_from_a_branch_point_is_trained_shown_and_compared(repo):
+    """The smoke stable phase keeps tokens-10240 (step 20) on its way; a branch from it decays for
+    half its steps, lives beside the others with its origin shown, and evaluate compares every
+    model with it (evaluate.baseline), as `lehr compare` does for any two checkpoints."""
+    points = json.loads((repo / "data/06_models/branch_points/index.json").read_text())
+    assert points == {"tokens-10240": {"step": 20, "tokens": 10240}}
+    params = "anneal.branch=early,anneal.origin=tokens-10240,anneal.decay_ratio=0.5"
+    sh(repo, "kedro", "run", "--pipeline", "anneal", "--params", params)
+    state = json.loads((repo / "data/06_models/anneal/early/final/state.json").read_text())
+    assert state["progress"]["step"] == 30  # 20 + 0.5 x 20
+    listing = sh(repo, "python", "-m", "lehr", "branches").stdout.splitlines()
+    assert any(line.split()[:2] == ["early", "tokens-10240"] for line in listing)
+
+    sh(
+        repo,
+        "kedro",
+        "run",
+        "--pipeline",
+        "evaluate",
+        "--params",
+        "evaluate.branches=early,evaluate.baseline=early",
+    )
+    metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
+    current = metrics["anneal"]["branch"]
+    assert metrics["branches"]["early"]["origin"] == "tokens-10240"
+    assert metrics["branches"]["early"]["tokens"] == 30 * 512 and metrics["anneal"]["origin"] == "pre_anneal"
+    vs = metrics["vs_baseline"]
+    assert vs["baseline"] == "early" and {"pre_anneal", current} <= set(vs)
+    d = vs[current]["heldout"]["bpb"]
+    assert d["lo"] <= d["diff"] <= d["hi"] and d["n"] == 16  # 8 windows of each of 2 sources
+
+    early, ours = "data/06_models/anneal/early/final", f"data/06_models/anneal/{current}/final"
+    out = sh(repo, "python", "-m", "lehr", "compare", early, ours, "--windows", "8").stdout
+    assert f"{ours} - {early}" in out and "heldout.bpb" in out and "tasks.heldout_next_sentence.acc" in out
+
+    bad = sh(
+        repo, "kedro", "run", "--pipeline", "anneal", "--params", "anneal.origin=tokens-999", check=False
+    )
+    assert bad.returncode == 2
+    assert "names no branch point of the stable run; its branch points are: tokens-10240" in bad.stderr

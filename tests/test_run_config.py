@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -133,3 +134,49 @@ def test_a_stage_across_machines_runs_on_node_0_under_the_static_rendezvous():
         check_stage_node(Launch(), helper=True)
     with pytest.raises(ValueError, match="needs `static`"):
         check_stage_node(Launch(nnodes=2, rdzv_backend="c10d"))
+
+
+def test_branch_points_are_whole_steps_within_the_stable_phase(tmp_path):
+    p = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[819200, 409600])
+    rule = stable_config(p, MANIFEST, tmp_path, PROV).stop_rule
+    assert rule.keep == (100, 200) and rule.keep_to == f"{Path(rule.save_to).parent}/branch_points"
+    # Keeping checkpoints changes no step: the same run folder as without them.
+    plain = stable_config(params("pretrain", "parameters_pretrain_stable.yml"), MANIFEST, tmp_path, PROV)
+    assert plain.out_dir == stable_config(p, MANIFEST, tmp_path, PROV).out_dir
+    off_step = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[5000])
+    with pytest.raises(
+        ValueError, match="5000 tokens, not a whole number of steps of 4096 tokens.*use 4096 or 8192"
+    ):
+        stable_config(off_step, MANIFEST, tmp_path, PROV)
+    # Auto-anneal may stop the stable phase at its min_step (400): a point after it might never come.
+    late = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[401 * 4096])
+    with pytest.raises(ValueError, match=r"\(step 401\), past the stable phase: it surely runs to step 400"):
+        stable_config(late, MANIFEST, tmp_path, PROV)
+    with pytest.raises(
+        ValueError, match="pretrain.branch_points = \\[-1\\] must be a list of positive token"
+    ):
+        params("pretrain", "parameters_pretrain_stable.yml", branch_points=[-1])
+
+
+def test_a_branch_from_a_branch_point_decays_by_its_ratio_and_is_named_for_it(tmp_path, pre_anneal):
+    p = params("pretrain", "parameters_pretrain_stable.yml")
+    a = params("anneal", "parameters_anneal.yml", origin="tokens-819200", decay_ratio=0.25)
+    (pre_anneal / "state.json").write_text(json.dumps({"progress": {"step": 200}}))
+    cfg = anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {})
+    assert (cfg.anneal_start, cfg.anneal_steps, cfg.end_step) == (200, 50, 250)
+    assert branch_name(p, a).startswith("tokens-819200-1-sqrt-r0.25-")
+    with pytest.raises(ValueError, match="decay_ratio = 0.25 and decay_steps = 10 both set"):
+        params("anneal", "parameters_anneal.yml", decay_ratio=0.25, decay_steps=10)
+
+
+def test_the_default_branch_keeps_the_name_it_had_before_branch_points():
+    """Settings added later leave a branch's derived name as it was, at their "off" values: the
+    name the committed metrics.json holds for the default run."""
+    import yaml
+
+    base = {
+        s: yaml.safe_load((ROOT / f"conf/base/parameters_{f}.yml").read_text())[s]
+        for s, f in (("pretrain", "pretrain_stable"), ("anneal", "anneal"))
+    }
+    committed = json.loads((ROOT / "data/08_reporting/metrics.json").read_text())["anneal"]["branch"]
+    assert branch_name(PretrainParams(**base["pretrain"]), AnnealParams(**base["anneal"])) == committed

@@ -6,6 +6,8 @@ python -m lehr info CHECKPOINT          which commit, config and data made a che
 python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers model
 python -m lehr eval CHECKPOINT --task F.jsonl  score a checkpoint or export on a task file
 python -m lehr generate CHECKPOINT --prompt P  sample text, streamed
+python -m lehr compare A B              B - A per source and task, with paired 95% intervals
+python -m lehr ladder predict --params N --tokens D   the ladder's predicted loss, with an interval
 python -m lehr lm-eval CHECKPOINT --tasks T,U  lm-evaluation-harness tasks (the lm-eval extra)
 python -m lehr runs                     the rolling run folders: step, state, use, size
 python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
@@ -67,12 +69,16 @@ def _branches(args: argparse.Namespace) -> int:
             "anneal.branch=NAME`"
         )
         return 0
-    print(f"{'branch':28s} {'step':>6s} {'tokens':>11s} {'heldout.bpb':>12s} {'best loss':>10s}")
+    from lehr.tracking.provenance import origin_name
+
+    print(
+        f"{'branch':28s} {'origin':>16s} {'step':>6s} {'tokens':>11s} {'heldout.bpb':>12s} {'best loss':>10s}"
+    )
     for p in rows:
         state = _state(p / "final")
         ev, prog = _last_eval(state), state["progress"]
         print(
-            f"{p.name:28s} {prog['step']:6d} {prog['tokens']:11,d} "
+            f"{p.name:28s} {origin_name(p / 'final') or '?':>16s} {prog['step']:6d} {prog['tokens']:11,d} "
             f"{ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
             f"{prog.get('best_loss') or float('nan'):10.4f}"
         )
@@ -189,6 +195,55 @@ def _generate(args: argparse.Namespace) -> int:
             print(text[len(shown) :], end="", flush=True)
             shown = text
     print(tokenizer.decode(new)[len(shown) :])
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from tokenizers import Tokenizer
+
+    from lehr import comparison
+    from lehr.engine.artifacts.checkpoint import verify
+    from lehr.engine.batches import ShardSet, manifest_sha256
+    from lehr.engine.evals.evaluation import HeldOut, load_model
+    from lehr.engine.evals.tasks import read_task
+    from lehr.engine.hardware import resolve
+
+    paths = (Path(args.a), Path(args.b))
+    states = [verify(p) for p in paths]
+    comparison.check_comparable(*states, tuple(map(str, paths)))
+    shards = Path(states[0]["config"]["shards"])
+    if manifest_sha256(shards) != states[0]["manifest_sha256"]:
+        raise ValueError(
+            f"the shards in {shards} are not those {args.a} and {args.b} trained on (their manifest "
+            "changed since): the held-out windows would not be theirs. Re-make the shards they trained on."
+        )
+    hw = resolve("auto", "fp32", None)
+    models = [load_model(p, hw.device) for p in paths]
+    cfg = models[0].cfg
+    held = HeldOut.build(ShardSet(shards, cfg.vocab_size, cfg.seq_len).heldout(), cfg.seq_len, args.windows)
+    tokenizer = Tokenizer.from_file(str(shards / "tokenizer.json"))
+    tasks = [read_task(Path(t)) for t in args.task or sorted(_catalog(args)["heldout_tasks"].glob("*.jsonl"))]
+    base, other = (comparison.score(m, held, tasks, tokenizer, hw, args.batch_size) for m in models)
+    print(comparison.table(comparison.difference(base, other, held), args.a, args.b))
+    return 0
+
+
+def _ladder(args: argparse.Namespace) -> int:
+    from lehr.scaling_fit import predict
+
+    path = Path(args.fit)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ladder fit at {path}: run `make ladder` first (docs/ladder.md)")
+    r = predict(json.loads(path.read_text()), args.params, args.tokens)
+    loss = f"{r['loss']:.4f} nats/token"
+    bpb = f"{r['bpb']:.4f} bits/byte"
+    if "loss_interval" in r:
+        loss += " [{:.4f}, {:.4f}]".format(*r["loss_interval"])
+        bpb += " [{:.4f}, {:.4f}]".format(*r["bpb_interval"])
+    print(
+        f"{args.params:,.0f} parameters, {args.tokens:,.0f} tokens: held-out loss {loss}, {bpb} "
+        "(95% interval)"
+    )
     return 0
 
 
@@ -355,6 +410,26 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     _tokenizer_arg(p)
 
 
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="the baseline checkpoint")
+    p.add_argument("b", help="the checkpoint compared with it")
+    p.add_argument("--windows", type=int, default=64, help="held-out windows per source (default: 64)")
+    p.add_argument(
+        "--task", action="append", help="a task file (repeat for more); default: the built-in held-out tasks"
+    )
+    _batch_size_arg(p)
+    _env_arg(p)
+
+
+def _ladder_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["predict"])
+    p.add_argument(
+        "--params", type=float, required=True, help="parameters, counted as n_params in stage metrics"
+    )
+    p.add_argument("--tokens", type=float, required=True, help="training tokens, the decay included")
+    p.add_argument("--fit", default="data/08_reporting/ladder.json", help="default: the committed fit")
+
+
 def _lm_eval_args(p: argparse.ArgumentParser) -> None:
     _checkpoint_arg(p)
     p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names, e.g. hellaswag,piqa")
@@ -412,6 +487,12 @@ COMMANDS = {
         _lm_eval,
     ),
     "generate": ("sample text from a checkpoint, streamed to stdout", _generate_args, _generate),
+    "ladder": ("predict held-out loss and bits per byte from the ladder's fit", _ladder_args, _ladder),
+    "compare": (
+        "the difference of two checkpoints per source and task, with paired 95% intervals",
+        _compare_args,
+        _compare,
+    ),
     "sandbox": (
         "a throwaway copy of this project on a profile, as its own git + DVC repo",
         _sandbox_args,

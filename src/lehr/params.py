@@ -63,6 +63,9 @@ class PretrainParams(Section, *reversed(SHARED_PARTS)):
     # Of planned_steps: the stable phase is planned to end at (1 - this) * planned_steps (auto-anneal may
     # move it). The anneal's own decay length is anneal.decay_steps / anneal.decay_fraction.
     planned_decay_fraction: float
+    # Token counts at which the stable phase keeps a checkpoint to branch an anneal from
+    # (anneal.origin: tokens-<N>); each a whole number of steps, within the stable phase.
+    branch_points: list[int]
     auto_anneal: AutoAnnealParams
     launch: Launch
     SECTION: typing.ClassVar[str] = "pretrain"
@@ -76,6 +79,12 @@ class PretrainParams(Section, *reversed(SHARED_PARTS)):
             "must lie in (0, 1)",
         )
         require_folder_name("run_name", self.run_name)
+        require(
+            all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in self.branch_points),
+            "branch_points",
+            self.branch_points,
+            "must be a list of positive token counts, e.g. [1024000, 2048000]",
+        )
 
     @property
     def planned_anneal_step(self) -> int:
@@ -88,10 +97,14 @@ class AnnealParams(Section, BranchConfig):
     fresh data seed and early stop) and the folder it trains into."""
 
     branch: str  # folder under data/06_models/anneal; "" = derived from these params
+    # What the branch starts from: pre_anneal (the stable phase's end) or one of its branch points,
+    # tokens-<N> for each N in pretrain.branch_points.
+    origin: str
     SECTION: typing.ClassVar[str] = "anneal"
 
     def check(self) -> None:
         require_folder_name("branch", self.branch)
+        require_folder_name("origin", self.origin)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -102,6 +115,9 @@ class EvaluateParams(Section):
     eval_windows: int  # held-out windows per source (more than during training: a final figure)
     sample_prompt: str
     sample_tokens: int
+    # A scored branch every other model is compared with, per source and task, with paired 95%
+    # intervals (metrics.json: vs_baseline); "" = none.
+    baseline: str
     tasks: list[str] | str = (
         "all"  # task files to score every model on: all, or names (built-in and user); or a+b
     )
@@ -111,6 +127,7 @@ class EvaluateParams(Section):
         object.__setattr__(self, "branches", names(self.branches))
         object.__setattr__(self, "tasks", names(self.tasks))
         require_positive(self, "eval_windows")
+        require_folder_name("baseline", self.baseline)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,6 +151,7 @@ SECTIONS = {
     "evaluate": EvaluateParams,
     "soup": SoupParams,
 }
+# The ladder's params are checked with the ladder (``lehr.ladder.LadderParams``, the same kit).
 
 
 def check_all(parameters: dict) -> list[str]:

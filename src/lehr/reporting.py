@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: the PNG is for people without a display or internet
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 
@@ -118,3 +119,39 @@ def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple
     ax_lr.set_xlabel("optimizer step")
     fig.tight_layout()
     return curves, fig
+
+
+def plot_ladder(fitted: dict) -> plt.Figure:
+    """Held-out loss against training FLOPs per size, with the fitted law's curve for each and the
+    compute-optimal frontier; beside it, the isoFLOP parabolas (loss against size at one budget)."""
+    fig, (ax, iso) = plt.subplots(1, 2, figsize=(12, 4.5))
+    points, curves = fitted["points"], fitted.get("curves", {})
+    sizes = sorted({p["n_params"] for p in points})
+    for size, color in zip(sizes, plt.cm.viridis(np.linspace(0, 0.85, len(sizes)))):
+        rung = [p for p in points if p["n_params"] == size]
+        ax.scatter(
+            [p["flops"] for p in rung], [p["loss"] for p in rung], color=color, label=f"{size / 1e6:.2f}M"
+        )
+        if str(size) in curves:
+            ax.plot(curves[str(size)]["flops"], curves[str(size)]["loss"], color=color, lw=1)
+    if "compute-optimal" in curves:
+        frontier = curves["compute-optimal"]
+        ax.plot(frontier["flops"], frontier["loss"], "k--", lw=1, label="compute-optimal")
+    ax.set(xscale="log", xlabel="training FLOPs (the engine's count)", ylabel="held-out loss (nats/token)")
+    ax.set_title(f"L(N, D) = E + A/N^a + B/D^b: {fitted['status']}", fontsize="medium")
+    ax.legend(fontsize="small", title="parameters")
+    for view in fitted.get("isoflop", []):
+        at = view["sizes"]
+        n, loss = [s["n_params"] for s in at], [s["loss"] for s in at]
+        line = iso.plot(n, loss, "o", label=f"{view['flops']:.1e} FLOPs")
+        x = np.linspace(np.log(n[0]), np.log(n[-1]), 40)
+        iso.plot(np.exp(x), np.polyval(view["parabola"], x), color=line[0].get_color(), lw=1)
+    iso.set(
+        xscale="log", xlabel="parameters", ylabel="held-out loss at the budget", title="isoFLOP (approach 2)"
+    )
+    if fitted.get("isoflop"):
+        iso.legend(fontsize="small")
+    else:
+        iso.text(0.5, 0.5, "no budget with 3 sizes spanning it", ha="center", transform=iso.transAxes)
+    fig.tight_layout()
+    return fig

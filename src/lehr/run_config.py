@@ -64,10 +64,36 @@ def stable_config(
         save_to="",
     )
     cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance, tasks or {}), stop_rule=rule)
+    # Named before the branch points join the rule: keeping a checkpoint changes no step.
     run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
-    return dataclasses.replace(
-        cfg, out_dir=str(run_dir), stop_rule=dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"))
-    )
+    kept = dict(keep=branch_point_steps(p, cfg, rule), keep_to=str(run_dir / "branch_points"))
+    rule = dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"), **kept)
+    return dataclasses.replace(cfg, out_dir=str(run_dir), stop_rule=rule)
+
+
+def branch_point_steps(p: PretrainParams, cfg: TrainConfig, rule: StopRule) -> tuple[int, ...]:
+    """``pretrain.branch_points`` as steps, each refused unless it is a whole step that the stable
+    phase reaches whatever auto-anneal decides."""
+    per_step = cfg.batch_size * cfg.model.seq_len
+    last = rule.min_step if rule.auto else rule.planned_step
+    steps = []
+    for tokens in p.branch_points:
+        if tokens % per_step:
+            below = tokens // per_step * per_step
+            raise ValueError(
+                f"pretrain.branch_points names {tokens} tokens, not a whole number of steps of {per_step} "
+                f"tokens (batch_size {cfg.batch_size} x seq_len {cfg.model.seq_len}): use "
+                f"{below or per_step} or {below + per_step}"
+            )
+        if tokens // per_step > last:
+            why = "auto_anneal.min_fraction" if rule.auto else "planned_decay_fraction"
+            raise ValueError(
+                f"pretrain.branch_points names {tokens} tokens (step {tokens // per_step}), past the stable "
+                f"phase: it surely runs to step {last} ({last * per_step} tokens; {why} sets it), no "
+                "further. Name a smaller count, or lengthen the stable phase (pretrain.planned_steps)."
+            )
+        steps.append(tokens // per_step)
+    return tuple(sorted(set(steps)))
 
 
 def anneal_config(

@@ -33,7 +33,16 @@ def branch_name(p: PretrainParams, a: AnnealParams) -> str:
     """``anneal.branch``, or a name derived from the params that shape the anneal."""
     if a.branch:
         return a.branch
-    shaping = {k: v for k, v in vars(a).items() if k != "branch"} | {"schedule": p.schedule}
-    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:6]
+    shaping = {k: v for k, v in vars(a).items() if k != "branch" and _OFF.get(k, _ON) != v}
+    digest = hashlib.sha256(
+        json.dumps(shaping | {"schedule": p.schedule}, sort_keys=True).encode()
+    ).hexdigest()
     kind = "cosine" if p.schedule == "cosine" else a.shape
-    return f"{kind}-{a.length(p.planned_steps)}-{digest}"
+    length = f"r{a.decay_ratio:g}" if a.decay_ratio else str(a.length(p.planned_steps, 0))
+    name = f"{kind}-{length}-{digest[:6]}"
+    return name if a.origin == "pre_anneal" else f"{a.origin}-{name}"
+
+
+# Settings that came after branches had names, left out of the digest at the value that means
+# "not in use", so that a branch keeps its name (and metrics.json its keys).
+_OFF, _ON = {"origin": "pre_anneal", "decay_ratio": 0.0}, object()

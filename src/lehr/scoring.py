@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from lehr import comparison
 from lehr.engine.batches import ShardSet
 from lehr.engine.evals.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
 from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
@@ -33,16 +34,23 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
     return "final", branch / "final"
 
 
+def origins(pre_anneal: Path, branch_points: dict[str, Path]) -> dict[str, str]:
+    """The stable run's checkpoints a branch may start from, as {sha256 of state.json: name}."""
+    return {
+        sha256_file(p / "state.json"): name for name, p in {"pre_anneal": pre_anneal, **branch_points}.items()
+    }
+
+
 def chosen_branches(
     branches: dict[str, Path],
     pretrain: PretrainParams,
     anneal: AnnealParams,
     params: EvaluateParams,
-    pre_anneal: Path,
+    ours: dict[str, str],
 ) -> list[str]:
     """The current branch and those ``evaluate.branches`` names. Branches live side by side across
-    stable phases, but only those of this ``pre_anneal`` compare with it: ``all`` leaves the
-    others out, saying so, and naming one of them is refused."""
+    stable phases, but only those from this stable run (its ``pre_anneal`` or a branch point:
+    ``ours``) compare with it: ``all`` leaves the others out, saying so, and naming one is refused."""
     current = branch_name(pretrain, anneal)
     wanted = sorted(branches) if params.branches == ["all"] else [current, *params.branches]
     missing = [b for b in wanted if b not in branches]
@@ -52,15 +60,15 @@ def chosen_branches(
             f"{', '.join(sorted(branches)) or 'none'}. "
             f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
         )
-    ours = sha256_file(pre_anneal / "state.json")
-    stale = [b for b in wanted if branched_from(branches[b] / "final") not in (ours, None)]
+    stale = [b for b in wanted if branched_from(branches[b] / "final") not in (*ours, None)]
     named = [b for b in stale if b == current or params.branches != ["all"]]
     if named:
         raise ValueError(
             f"anneal branch(es) {', '.join(named)} in {next(iter(branches.values())).parent} started "
-            f"from another pre_anneal than {pre_anneal} (an earlier stable phase), so they do not "
-            f"compare with it. Re-make one from this pre_anneal with `kedro run --pipeline anneal "
-            f"--params anneal.branch=NAME`, or leave it out of evaluate.branches."
+            f"from a checkpoint of another stable run than this pre_anneal and its branch points (an "
+            "earlier stable phase), so they do not compare with them. Re-make one from this pre_anneal "
+            "with `kedro run --pipeline anneal --params anneal.branch=NAME`, or leave it out of "
+            "evaluate.branches."
         )
     if stale:
         log.info(
@@ -94,6 +102,7 @@ def chosen_tasks(
 def evaluate_models(
     shards: dict,
     pre_anneal: Path,
+    branch_points: dict[str, Path],
     branches: dict[str, Path],
     heldout_tasks: dict[str, Path],
     user_tasks: dict[str, Path],
@@ -101,7 +110,13 @@ def evaluate_models(
     anneal: AnnealParams,
     params: EvaluateParams,
 ) -> tuple[dict, str]:
-    names = chosen_branches(branches, pretrain, anneal, params, pre_anneal)
+    ours = origins(pre_anneal, branch_points)
+    names = chosen_branches(branches, pretrain, anneal, params, ours)
+    if params.baseline and params.baseline not in names:
+        raise ValueError(
+            f"evaluate.baseline = {params.baseline!r} is not among the branches scored ({', '.join(names)}): "
+            "name one of them, or add it to evaluate.branches"
+        )
     tasks = chosen_tasks(heldout_tasks, user_tasks, params)
     hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
@@ -116,7 +131,7 @@ def evaluate_models(
             [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size
         )
     }
-    samples = []
+    samples, scored = [], {}
     for name, path in models.items():
         model = first if path == pre_anneal else load_model(path, hw.device)
         with torch.no_grad():
@@ -128,10 +143,16 @@ def evaluate_models(
         scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
         if tasks:
             node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
+        if params.baseline:
+            scored[name[-1]] = comparison.score(model, held, tasks, tokenizer, hw, pretrain.micro_batch)
         text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
         samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
     for b in names:
-        metrics["branches"][b]["weights"] = weights[b][0]  # says which weights were scored
+        metrics["branches"][b] |= {  # which weights were scored, grown from what, on how many tokens
+            "weights": weights[b][0],
+            "origin": ours.get(branched_from(branches[b] / "final"), "unrecorded"),
+            "tokens": json.loads((weights[b][1] / "state.json").read_text())["progress"]["tokens"],
+        }
     current = branch_name(pretrain, anneal)
     metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
     metrics["anneal_gain"] = {
@@ -139,4 +160,10 @@ def evaluate_models(
         for key in metrics["pre_anneal"]
         if key != "tasks"
     }
+    if params.baseline:
+        base = scored.pop(params.baseline)
+        metrics["vs_baseline"] = {
+            "baseline": params.baseline,
+            **{name: comparison.difference(base, other, held) for name, other in scored.items()},
+        }
     return metrics, "\n".join(samples)

@@ -4,6 +4,7 @@ rules of a run across machines, and the run itself."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lehr.engine.config import Launch, TrainConfig
@@ -23,15 +24,38 @@ def anneal_job(
     pretrain: PretrainParams,
     anneal: AnnealParams,
     shards: dict,
-    pre_anneal: Path,
+    origin: Path,
     runs_root: Path,
     tasks: dict,
 ) -> tuple[TrainConfig, str]:
-    """The branch's config and its name."""
+    """The branch's config and its name; ``origin`` is the checkpoint it starts from (``origin_of``)."""
     branch = branch_name(pretrain, anneal)
-    run_dir = anneal_run_dir(runs_root, branch, pre_anneal)
-    prov = provenance.collect("anneal", shards, {"pre_anneal": pre_anneal})
-    return anneal_config(pretrain, anneal, shards, pre_anneal, run_dir, prov, tasks), branch
+    run_dir = anneal_run_dir(runs_root, branch, origin)
+    prov = provenance.collect("anneal", shards, {anneal.origin: origin})
+    return anneal_config(pretrain, anneal, shards, origin, run_dir, prov, tasks), branch
+
+
+def origin_of(anneal: AnnealParams, pre_anneal: Path, branch_points: dict[str, Path]) -> Path:
+    """The checkpoint ``anneal.origin`` names: ``pre_anneal``, or a branch point the same stable
+    run kept (a point of another run would branch a model the stable phase did not make)."""
+    if anneal.origin == "pre_anneal":
+        return pre_anneal
+    if anneal.origin not in branch_points:
+        raise ValueError(
+            f"anneal.origin = {anneal.origin!r} names no branch point of the stable run; its branch points "
+            f"are: {', '.join(sorted(branch_points)) or 'none'}. Use one of them or pre_anneal, or add the "
+            "token count to pretrain.branch_points and run pretrain_stable again."
+        )
+    point = branch_points[anneal.origin]
+    ours, theirs = (
+        json.loads((p / "state.json").read_text())["config"]["out_dir"] for p in (pre_anneal, point)
+    )
+    if ours != theirs:
+        raise ValueError(
+            f"branch point {point} was kept by another stable run ({theirs}) than {pre_anneal} ({ours}): "
+            "run pretrain_stable again (`dvc repro pretrain_stable`), so that both are of one run."
+        )
+    return point
 
 
 def check_stage_node(lc: Launch, helper: bool = False) -> None:

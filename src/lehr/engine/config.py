@@ -272,6 +272,11 @@ class StopRule:
     stall_window: int  # evals compared: best of the last half vs best of the half before
     stall_eps: float  # nats; a gain smaller than this counts as a stall
     save_to: str  # directory where the pre_anneal checkpoint is written
+    keep: tuple[int, ...] = ()  # steps whose checkpoints are kept for good (pretrain.branch_points)
+    keep_to: str = ""  # ...in this folder, one tokens-<N> subfolder each
+
+    def kept_name(self, tokens: int) -> str:
+        return f"tokens-{tokens}"
 
 
 def check_phases(mix: list, key: str) -> None:
@@ -317,8 +322,11 @@ class BranchConfig(Part):
     """An anneal branch from a saved checkpoint: the branch's own decay, data and early stop, which
     take the place of the stable run's in the config it trains under (``TrainConfig.branch``)."""
 
-    decay_steps: int = 0  # decay length in steps; 0 = decay_fraction of planned_steps
-    decay_fraction: float = 0.4  # of planned_steps, when decay_steps is 0
+    decay_steps: int = 0  # decay length in steps; 0 = decay_ratio or decay_fraction below
+    # Of the steps trained before the branch's origin (Hagele et al. 2024 decay 20% of them): a
+    # decay that scales with the branch point; 0 = off.
+    decay_ratio: float = 0.0
+    decay_fraction: float = 0.4  # of planned_steps, when decay_steps and decay_ratio are 0
     shape: Literal[SHAPES] = "1-sqrt"
     min_lr: float = 0.0  # learning rate at the end of the decay
     mix: list = field(default_factory=lambda: [[1.0, {"gold": 1.0, "silver": 1.0}]])  # phases over the decay
@@ -330,6 +338,18 @@ class BranchConfig(Part):
 
     def check(self) -> None:
         require(self.decay_steps >= 0, "decay_steps", self.decay_steps, "must be >= 0")
+        require(
+            0 <= self.decay_ratio <= 1,
+            "decay_ratio",
+            self.decay_ratio,
+            "must lie in [0, 1] (0 = off; 0.2 is usual)",
+        )
+        require(
+            not (self.decay_steps and self.decay_ratio),
+            "decay_ratio",
+            self.decay_ratio,
+            f"and decay_steps = {self.decay_steps} both set the decay's length: set one, the other to 0",
+        )
         require(0 < self.decay_fraction < 1, "decay_fraction", self.decay_fraction, "must lie in (0, 1)")
         require(self.min_lr >= 0, "min_lr", self.min_lr, "must be >= 0")
         check_phases(self.mix, "mix")
@@ -337,8 +357,10 @@ class BranchConfig(Part):
         require(self.patience >= 0, "patience", self.patience, "must be >= 0 (0 = off)")
         require_positive(self, "eval_every")
 
-    def length(self, planned_steps: int) -> int:
-        """The decay's steps for a run planned to be ``planned_steps`` long."""
+    def length(self, planned_steps: int, start: int) -> int:
+        """The decay's steps, for a run planned to be ``planned_steps`` long branched at ``start``."""
+        if self.decay_ratio:
+            return max(1, round(self.decay_ratio * start))
         return self.decay_steps or max(1, round(self.decay_fraction * planned_steps))
 
 
@@ -401,7 +423,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         """This run's settings, branched from ``init_from`` (saved at step ``start``) under ``b``:
         WSD decays for ``b.length`` steps; the cosine baseline finishes its schedule, spending
         exactly ``planned_steps``, like WSD's planned stable phase and decay."""
-        end = self.planned_steps if self.schedule == "cosine" else start + b.length(self.planned_steps)
+        end = self.planned_steps if self.schedule == "cosine" else start + b.length(self.planned_steps, start)
         return dataclasses.replace(
             self,
             data_seed=b.data_seed,

@@ -235,6 +235,8 @@ _PARAM_SECTIONS = {
     "pretrain_stable": {"pretrain"},
     "anneal": {"pretrain", "anneal"},
     "evaluate": {"pretrain", "anneal", "evaluate"},
+    "ladder_rung": {"pretrain", "anneal", "ladder"},
+    "ladder_fit": {"ladder"},
     "all": {"tokenize", "shard", "pretrain", "anneal", "evaluate"},
 }
 

@@ -50,8 +50,17 @@ def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = No
 
 
 def branched_from(checkpoint: Path) -> str | None:
-    """The sha256 of the ``pre_anneal`` state.json an anneal checkpoint (``final`` or ``best`` of a
-    branch, or a soup of branches) started from, as its provenance recorded it; None for a
-    checkpoint without provenance."""
+    """The sha256 of the state.json of the checkpoint an anneal checkpoint (``final`` or ``best``
+    of a branch, or a soup of branches) started from (``pre_anneal`` or a branch point), as its
+    provenance recorded it; None for a checkpoint without provenance."""
+    return next(iter(_origin(checkpoint).values()), None)
+
+
+def origin_name(checkpoint: Path) -> str | None:
+    """The folder name of what an anneal checkpoint started from: pre_anneal or tokens-<N>."""
+    return next((Path(p).parent.name for p in _origin(checkpoint)), None)
+
+
+def _origin(checkpoint: Path) -> dict[str, str]:
     inputs = json.loads((checkpoint / "state.json").read_text()).get("provenance", {}).get("inputs", {})
-    return next((h for p, h in inputs.items() if Path(p).parts[-2:] == ("pre_anneal", "state.json")), None)
+    return {p: h for p, h in inputs.items() if Path(p).name == "state.json"}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from lehr.engine.artifacts.checkpoint import load_weights, verify
 from lehr.engine.batches import Source, eval_windows
@@ -67,6 +68,28 @@ def evaluate(
         tokens_total += n_tokens
     loss = nats_total / tokens_total
     out["heldout"] = {"loss": loss, "ppl": math.exp(min(loss, 50)), "bpb": nats_total / LN2 / bytes_total}
+    model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def window_nats(
+    model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int
+) -> dict[str, np.ndarray]:
+    """Each held-out window's summed loss in nats, per source: the items a paired comparison of
+    two models resamples (``lehr.comparison``)."""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for name, windows in held.windows.items():
+        parts = []
+        for i in range(0, len(windows), micro_batch):
+            w = torch.from_numpy(windows[i : i + micro_batch]).to(hw.device)
+            with hw.compute():
+                logits, _ = model(w[:, :-1])
+            nats = F.cross_entropy(logits.float().transpose(1, 2), w[:, 1:], reduction="none")
+            parts.append(nats.double().sum(-1))
+        out[name] = torch.cat(parts).cpu().numpy()
     model.train(was_training)
     return out
 

@@ -169,6 +169,21 @@ def evaluate_task(scorer: Scorer, task: Task, limit: int | None = None) -> dict[
     """The task's metrics (each with ``_stderr``), its chance level, and how many examples were
     scored and truncated. ``limit`` takes the first examples only (the in-loop evals)."""
     examples = task.examples[:limit] if limit else task.examples
+    metrics, chance, truncated = task_outcomes(scorer, task, limit)
+    out: dict[str, float] = {}
+    for name, values in metrics.items():
+        out[name], out[f"{name}_stderr"] = _mean_stderr(values)
+    out["chance"] = sum(chance) / len(chance)
+    out["examples"], out["truncated"] = len(examples), truncated
+    return out
+
+
+def task_outcomes(
+    scorer: Scorer, task: Task, limit: int | None = None
+) -> tuple[dict[str, list[float]], list[float], int]:
+    """Each example's outcome per metric (1/0 for accuracies, the log-likelihood), each one's
+    chance of being right, and how many were truncated."""
+    examples = task.examples[:limit] if limit else task.examples
     if task.kind == "choice":
         pairs = [(e.context, c) for e in examples for c in e.choices]
         scores = iter(scorer.score(pairs))
@@ -188,9 +203,4 @@ def evaluate_task(scorer: Scorer, task: Task, limit: int | None = None) -> dict[
         vocab = scorer.model.cfg.vocab_size
         chance = [vocab ** -len(scorer.encode_pair(e.context, e.target)[1]) for e in examples]
         metrics = {"acc": [float(s.greedy) for s in scored], "loglik": [s.loglik for s in scored]}
-    out: dict[str, float] = {}
-    for name, values in metrics.items():
-        out[name], out[f"{name}_stderr"] = _mean_stderr(values)
-    out["chance"] = sum(chance) / len(chance)
-    out["examples"], out["truncated"] = len(examples), truncated
-    return out
+    return metrics, chance, truncated

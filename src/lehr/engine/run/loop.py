@@ -358,6 +358,20 @@ class Run:
     def after_step(self) -> None:
         for policy in self.policies:
             policy.after_step(self.prog)
+        if self.cfg.stop_rule and self.prog.step in self.cfg.stop_rule.keep:
+            self.save(self.branch_point(self.prog.step))
+            self.log.info("branch point %s kept", self.branch_point(self.prog.step).name)
+
+    def branch_point(self, step: int) -> Path:
+        """Where the stable phase keeps its checkpoint of ``step`` for good (a branch point)."""
+        rule = self.cfg.stop_rule
+        return Path(rule.keep_to) / rule.kept_name(step * self.cfg.batch_size * self.cfg.model.seq_len)
+
+    def branch_points(self) -> dict[str, str]:
+        """The branch points kept so far, by name (a resumed run finds its earlier attempts')."""
+        rule = self.cfg.stop_rule
+        kept = [self.branch_point(s) for s in (rule.keep if rule else ()) if s <= self.prog.step]
+        return {p.name: str(p) for p in kept if (p / checkpoint.STATE).is_file()}
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save(self, target: Path | None = None) -> Path | None:
@@ -473,9 +487,11 @@ class Run:
             "wall_seconds": wall,
             "tok_per_s": tok_s,
             "n_params": self.core.num_parameters(),
+            "flops_per_token": self.core.flops_per_token(),
             "heldout": prog.evals[-1] if prog.evals else None,
             "best_loss": prog.best_loss,
             "tiers": self.t.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix),
+            "branch_points": self.branch_points(),
         }
 
     def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:

@@ -1,4 +1,5 @@
-"""anneal: branch from ``pre_anneal`` and decay the LR on the anneal mix, into a branch folder."""
+"""anneal: branch from ``pre_anneal`` (or a branch point) and decay the LR on the anneal mix,
+into a branch folder."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ import pandas as pd
 from lehr.engine.run.metrics import without_clock
 from lehr.params import AnnealParams, PretrainParams
 from lehr.reporting import read_curve, stage_metrics
-from lehr.training import anneal_job, run_engine
+from lehr.training import anneal_job, origin_of, run_engine
 
 
 def train_anneal(
     shards: dict,
     pre_anneal: Path,
+    branch_points: dict[str, Path],
     anneal_runs: Path,
     tasks: dict[str, Path],
     pretrain: PretrainParams,
     anneal: AnnealParams,
 ) -> tuple[dict, dict]:
-    cfg, branch = anneal_job(pretrain, anneal, shards, pre_anneal, anneal_runs, tasks)
+    origin = origin_of(anneal, pre_anneal, branch_points)
+    cfg, branch = anneal_job(pretrain, anneal, shards, origin, anneal_runs, tasks)
     summary = run_engine(cfg, pretrain)
     run_dir = Path(cfg.out_dir)
     # The branch is versioned by DVC: its curve goes without the clock readings (the run folder's keeps them).

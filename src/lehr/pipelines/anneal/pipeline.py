@@ -8,7 +8,15 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 train_anneal,
-                ["shards", "pre_anneal", "anneal_runs", "heldout_tasks", "params:pretrain", "params:anneal"],
+                [
+                    "shards",
+                    "pre_anneal",
+                    "branch_points",
+                    "anneal_runs",
+                    "heldout_tasks",
+                    "params:pretrain",
+                    "params:anneal",
+                ],
                 ["anneal_branches", "anneal_summary_raw"],
                 name="train_anneal_node",
             ),

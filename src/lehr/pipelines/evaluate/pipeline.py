@@ -11,6 +11,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                 [
                     "shards",
                     "pre_anneal",
+                    "branch_points",
                     "anneal_branches",
                     "heldout_tasks",
                     "user_tasks",

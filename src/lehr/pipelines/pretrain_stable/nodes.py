@@ -1,4 +1,5 @@
-"""pretrain_stable: warmup + stable LR until the anneal start, then hand on ``pre_anneal``."""
+"""pretrain_stable: warmup + stable LR until the anneal start, then hand on ``pre_anneal`` and
+the branch points kept on the way."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from lehr.training import run_engine, stable_job
 
 def train_stable(
     shards: dict, run_dir: Path, tasks: dict[str, Path], params: PretrainParams
-) -> tuple[Path, dict]:
+) -> tuple[Path, dict[str, Path], dict]:
     summary = run_engine(stable_job(params, shards, run_dir, tasks), params)
-    return Path(summary["pre_anneal"]), summary
+    points = {name: Path(path) for name, path in summary["branch_points"].items()}
+    return Path(summary["pre_anneal"]), points, summary
 
 
 def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:

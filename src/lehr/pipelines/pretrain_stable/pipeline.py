@@ -9,7 +9,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 train_stable,
                 ["shards", "stable_run", "heldout_tasks", "params:pretrain"],
-                ["pre_anneal", "stable_summary_raw"],
+                ["pre_anneal", "branch_points", "stable_summary_raw"],
                 name="train_stable_node",
             ),
             Node(

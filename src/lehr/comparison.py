@@ -1,0 +1,121 @@
+"""Is one model better than another? Their difference on the same held-out windows and task
+examples, with a paired bootstrap 95% interval: both models are scored on each item, the
+per-item differences are resampled with replacement, and a difference whose interval leaves out
+zero is marked significant. Pairing removes what the items share (a hard window is hard for
+both), so it resolves differences an unpaired standard error would call noise.
+
+Kedro-free: ``python -m lehr compare`` and the evaluate stage (``evaluate.baseline``) call it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lehr.engine.evals.evaluation import HeldOut, window_nats
+from lehr.engine.evals.tasks import Scorer, Task, task_outcomes
+from lehr.engine.hardware import Hardware
+
+RESAMPLES = 2000
+LN2 = math.log(2)
+
+
+def paired(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None, seed: int = 0) -> dict:
+    """``b - a`` as a weighted mean over paired items (each item's weight: its bytes, or 1), with
+    the 2.5% and 97.5% points of that statistic over resampled items."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    w = np.ones_like(a) if weights is None else np.asarray(weights, dtype=np.float64)
+    diff = b - a
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(diff), size=(RESAMPLES, len(diff)))
+    stats = (diff[picks]).sum(1) / w[picks].sum(1)
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return {
+        "diff": float(diff.sum() / w.sum()),
+        "lo": float(lo),
+        "hi": float(hi),
+        "significant": bool(lo > 0 or hi < 0),
+        "n": len(diff),
+    }
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What a comparison needs of one model: each window's nats per source, each task's outcomes."""
+
+    nats: dict[str, np.ndarray]
+    tasks: dict[str, dict[str, list[float]]]
+
+
+def score(
+    model: torch.nn.Module, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware, micro_batch: int
+) -> Scored:
+    scorer = Scorer(model, tokenizer, hw.device, batch_size=micro_batch)
+    return Scored(
+        window_nats(model, held, hw, micro_batch), {t.name: task_outcomes(scorer, t)[0] for t in tasks}
+    )
+
+
+def difference(base: Scored, other: Scored, held: HeldOut) -> dict:
+    """``other - base``: bits per byte per source and over all (lower is better), and each
+    task's accuracy (higher is better), each with its interval."""
+    out: dict = {}
+    for name, a in base.nats.items():
+        window_bytes = np.full(len(a), held.windows[name][:, 1:].shape[1] * held.bytes_per_token[name])
+        out[name] = {"bpb": paired(a / LN2, other.nats[name] / LN2, window_bytes)}
+    every = [
+        (base.nats[n] / LN2, other.nats[n] / LN2, held.windows[n][:, 1:].shape[1] * held.bytes_per_token[n])
+        for n in base.nats
+    ]
+    out["heldout"] = {
+        "bpb": paired(
+            np.concatenate([a for a, _, _ in every]),
+            np.concatenate([b for _, b, _ in every]),
+            np.concatenate([np.full(len(a), per) for a, _, per in every]),
+        )
+    }
+    for task, outcomes in base.tasks.items():
+        out.setdefault("tasks", {})[task] = {
+            metric: paired(values, other.tasks[task][metric])
+            for metric, values in outcomes.items()
+            if metric in ("acc", "acc_norm")
+        }
+    return out
+
+
+def check_comparable(a: dict, b: dict, names: tuple[str, str]) -> None:
+    """Two checkpoints' states: refused unless they read text through one tokenizer and see the
+    same windows (one context length), so that every paired item is the same item."""
+    for key, what in (("tokenizer_sha256", "tokenizer"), ("manifest_sha256", "shards")):
+        if a.get(key) != b.get(key):
+            raise ValueError(
+                f"{names[0]} and {names[1]} were trained on different {what} ({key} {a.get(key)} vs "
+                f"{b.get(key)}): their held-out windows and task tokens are not the same items, so a "
+                "paired comparison of them means nothing. Compare checkpoints of one tokenize and shard run."
+            )
+    la, lb = a["config"]["model"]["seq_len"], b["config"]["model"]["seq_len"]
+    if la != lb:
+        raise ValueError(
+            f"{names[0]} sees {la}-token windows and {names[1]} {lb}-token ones: they would be scored on "
+            "different windows. Compare models of one context length."
+        )
+
+
+def table(diff: dict, base: str, other: str) -> str:
+    """One line per figure: the difference, its interval, and what it says."""
+
+    def line(key: str, d: dict, lower_is_better: bool) -> str:
+        better = (d["diff"] < 0) == lower_is_better
+        verdict = f"{other if better else base} better" if d["significant"] else "no significant difference"
+        return f"{key:40s} {d['diff']:+.4f}   [{d['lo']:+.4f}, {d['hi']:+.4f}]   {verdict} (n={d['n']})"
+
+    rows = [f"{other} - {base}: difference, paired bootstrap 95% interval ({RESAMPLES} resamples)"]
+    rows += [
+        line(f"{source}.bpb", figures["bpb"], True) for source, figures in diff.items() if source != "tasks"
+    ]
+    for task, figures in diff.get("tasks", {}).items():
+        rows += [line(f"tasks.{task}.{metric}", d, False) for metric, d in figures.items()]
+    return "\n".join(rows)

@@ -1,0 +1,26 @@
+"""ladder_fit: the scaling law through every rung's endpoints (``lehr.scaling_fit``) and its
+plot (``lehr.reporting``)."""
+
+from __future__ import annotations
+
+import logging
+
+import matplotlib.pyplot as plt
+
+from lehr.ladder import LadderParams
+from lehr.reporting import plot_ladder
+from lehr.scaling_fit import report
+
+log = logging.getLogger(__name__)
+
+
+def fit_ladder(rungs: dict[int, dict], ladder: LadderParams) -> tuple[dict, plt.Figure]:
+    missing = sorted(set(ladder.sizes) - set(rungs))
+    if missing:
+        raise ValueError(
+            f"the ladder has no rung of size(s) {missing} yet: train them first (`make ladder` trains "
+            "every size in ladder.sizes)"
+        )
+    fitted = report([rungs[s] for s in ladder.sizes], ladder.flop_budgets, ladder.bootstrap)
+    log.info("ladder: %s", fitted["status"])
+    return fitted, plot_ladder(fitted)

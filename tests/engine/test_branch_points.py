@@ -1,0 +1,64 @@
+"""The stable phase keeps a checkpoint at each branch point, for good, and a run stopped between
+two of them resumes to the same bytes at every one."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from lehr.engine.artifacts import checkpoint
+from lehr.engine.config import StopRule
+from lehr.engine.run.loop import train
+
+STOPPED: list[int] = []
+
+
+def stop_at_step_9():
+    """Engine callback factory: a SIGTERM to this process once the log passes step 9, as an
+    operator's ``kill`` would send (the loop finishes its step, checkpoints and exits)."""
+
+    def see(records: list[dict]) -> None:
+        if not STOPPED and any(r.get("step", 0) >= 9 for r in records):
+            STOPPED.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return see
+
+
+def _rule(run: Path) -> StopRule:
+    return StopRule(
+        planned_step=20,
+        min_step=20,
+        max_step=20,
+        auto=False,
+        stall_window=2,
+        stall_eps=0.0,
+        save_to=str(run / "pre_anneal"),
+        keep=(6, 12),
+        keep_to=str(run / "branch_points"),
+    )
+
+
+def test_branch_points_are_kept_whole_and_a_stopped_run_resumes_to_the_same_bytes(tiny_config, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    common = dict(ckpt_every=5, log_every=3, eval_every=10)
+    straight = train(tiny_config(out_dir=str(a), stop_rule=_rule(a), **common))
+    names = {"tokens-3072", "tokens-6144"}  # steps 6 and 12 of 8 x 64 tokens
+    assert set(straight["branch_points"]) == names and straight["step"] == 20
+
+    STOPPED.clear()
+    stopped = train(tiny_config(out_dir=str(b), stop_rule=_rule(b), **common), [f"{__name__}:stop_at_step_9"])
+    assert stopped["stopped"] == "signal" and set(stopped["branch_points"]) == {"tokens-3072"}
+    assert not (b / "pre_anneal").exists()
+    resumed = train(tiny_config(out_dir=str(b), stop_rule=_rule(b), **common))
+    assert resumed["mode"] == "resume" and set(resumed["branch_points"]) == names
+
+    for name in ("branch_points/tokens-3072", "branch_points/tokens-6144", "pre_anneal"):
+        ours, theirs = checkpoint.verify(a / name), checkpoint.verify(b / name)
+        assert ours["progress"]["step"] == theirs["progress"]["step"]
+        assert ours["progress"]["tokens"] == theirs["progress"]["tokens"]
+        for f in ("model.safetensors", "optimizer.pt", "rng_rank0.pt"):
+            assert (a / name / f).read_bytes() == (b / name / f).read_bytes(), (name, f)
+    # Rolling checkpoints come and go (keep_last); the branch points stay.
+    assert {p.name for p in (b / "branch_points").iterdir()} == names

@@ -1,0 +1,110 @@
+"""The micro ladder: 3 sizes x 2 budgets of the tiny model on the smoke shards, trained through
+lehr.ladder as the ladder's stages train it, fitted, plotted and predicted from; and the
+ladder's refusals of bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from kedro.config import OmegaConfigLoader
+
+from lehr.__main__ import main
+from lehr.config_parts import from_mapping
+from lehr.datasets import ShardsDataset
+from lehr.ladder import LadderParams, rung_params, train_rung
+from lehr.params import AnnealParams, PretrainParams
+from lehr.reporting import plot_ladder
+from lehr.scaling_fit import FitError, Law, fit, report
+from tests import ROOT
+
+MICRO = {
+    "sizes": [1, 2, 3],
+    "rung": 0,
+    "shape": {"preset": "tiny", "aspect_ratio": 32, "head_dim": 16, "seq_len": 64},
+    "budgets": [5120, 10240],  # steps 10 and 20 of 8 x 64 tokens
+    "decay_ratio": 0.5,
+    "flop_budgets": [1.0e10],
+    "bootstrap": 20,
+}
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    """The smoke profile's stable and anneal params, as `kedro run --env smoke` reads them."""
+    params = OmegaConfigLoader(
+        conf_source=str(ROOT / "conf"),
+        base_env="base",
+        default_run_env="smoke",
+        merge_strategy={"parameters": "soft"},
+    )["parameters"]
+    return (
+        from_mapping(PretrainParams, params["pretrain"], "pretrain"),
+        from_mapping(AnnealParams, params["anneal"], "anneal"),
+    )
+
+
+def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp_path):
+    pretrain, anneal = recipe
+    pretrain = dataclasses.replace(pretrain, eval_every=10, task_examples=0, sample_tokens=0, eval_windows=4)
+    ladder = from_mapping(LadderParams, MICRO, "ladder")
+    shards = ShardsDataset(str(smoke_shards)).load()
+    rungs = [
+        train_rung(pretrain, anneal, ladder, d, shards, tmp_path / f"rung-{d}", {}) for d in ladder.sizes
+    ]
+    for rung in rungs:
+        assert [e["tokens"] for e in rung["endpoints"]] == [5120 + 2560, 10240 + 5120]
+        assert [e["origin"] for e in rung["endpoints"]] == ["tokens-5120", "pre_anneal"]
+    assert rungs[0]["n_params"] < rungs[1]["n_params"] < rungs[2]["n_params"]
+    # Run again, the ladder trains nothing: every run resumes at its end.
+    again = train_rung(pretrain, anneal, ladder, 1, shards, tmp_path / "rung-1", {})
+    assert again == rungs[0]
+
+    fitted = report(rungs, ladder.flop_budgets, ladder.bootstrap)
+    assert fitted["status"] == "fitted" and len(fitted["points"]) == 6
+    assert fitted["holdout"]["status"].startswith("not fitted")  # 4 endpoints left: too few to fit
+    plot_ladder(fitted)
+    path = tmp_path / "ladder.json"
+    path.write_text(json.dumps(fitted))
+    big = rungs[-1]["endpoints"][-1]
+    assert (
+        main(
+            [
+                "ladder",
+                "predict",
+                "--params",
+                str(rungs[-1]["n_params"]),
+                "--tokens",
+                str(big["tokens"]),
+                "--fit",
+                str(path),
+            ]
+        )
+        == 0
+    )
+
+
+def test_a_law_fitted_to_its_own_values_comes_back():
+    truth = Law(E=1.7, A=400.0, B=410.0, alpha=0.34, beta=0.28)
+    n, d = np.meshgrid([1e5, 3e5, 1e6, 3e6], [1e6, 3e6, 1e7])
+    law = fit(n.ravel(), d.ravel(), truth.loss(n.ravel(), d.ravel()))
+    assert law.alpha == pytest.approx(0.34, rel=0.05) and law.beta == pytest.approx(0.28, rel=0.05)
+    assert law.E == pytest.approx(1.7, rel=0.02)
+    with pytest.raises(FitError, match="5 endpoints .* needs at least 6"):
+        fit(n.ravel()[:5], d.ravel()[:5], truth.loss(n.ravel()[:5], d.ravel()[:5]))
+
+
+def test_bad_ladders_are_refused_naming_the_key(recipe, smoke_shards):
+    with pytest.raises(ValueError, match="ladder.shape.head_dim = 24 does not divide the width of depth 1"):
+        from_mapping(LadderParams, {**MICRO, "shape": {**MICRO["shape"], "head_dim": 24}}, "ladder")
+    pretrain, anneal = recipe
+    shards = ShardsDataset(str(smoke_shards)).load()
+    huge = from_mapping(LadderParams, {**MICRO, "budgets": [512 * 10_000]}, "ladder")
+    with pytest.raises(ValueError, match="more than the corpus's .* repeated pretrain.max_epochs_warn"):
+        rung_params(pretrain, anneal, huge, 1, shards)
+    off = from_mapping(LadderParams, {**MICRO, "budgets": [5000]}, "ladder")
+    with pytest.raises(ValueError, match="ladder.budgets = 5000 is not a whole number of steps of 512"):
+        rung_params(pretrain, anneal, off, 1, shards)
+    assert main(["ladder", "predict", "--params", "1e6", "--tokens", "1e7", "--fit", "nowhere.json"]) == 2
