@@ -14,7 +14,8 @@ from kedro.config import OmegaConfigLoader
 from lehr.__main__ import main
 from lehr.config_parts import from_mapping
 from lehr.datasets import ShardsDataset
-from lehr.ladder import LadderParams, rung_params, train_rung
+from lehr.ladder import rung_params, train_rung
+from lehr.ladder_params import LadderParams
 from lehr.params import AnnealParams, PretrainParams
 from lehr.reporting import plot_ladder
 from lehr.scaling_fit import FitError, Law, fit, report

@@ -180,3 +180,25 @@ def test_the_default_branch_keeps_the_name_it_had_before_branch_points():
     }
     committed = json.loads((ROOT / "data/08_reporting/metrics.json").read_text())["anneal"]["branch"]
     assert branch_name(PretrainParams(**base["pretrain"]), AnnealParams(**base["anneal"])) == committed
+
+
+def test_an_origin_must_be_a_branch_point_of_pre_anneals_own_stable_run(tmp_path):
+    from lehr.training import origin_of
+
+    def checkpoint(path, run):
+        path.mkdir(parents=True)
+        (path / "state.json").write_text(json.dumps({"config": {"out_dir": run}}))
+        return path
+
+    pre = checkpoint(tmp_path / "pre_anneal", "stable_run/auto-a")
+    ours = checkpoint(tmp_path / "branch_points/tokens-512", "stable_run/auto-a")
+    theirs = checkpoint(tmp_path / "old/tokens-1024", "stable_run/auto-b")
+    a = params("anneal", "parameters_anneal.yml")
+    assert origin_of(a, pre, {}) == pre
+    assert origin_of(dataclasses.replace(a, origin="tokens-512"), pre, {"tokens-512": ours}) == ours
+    with pytest.raises(
+        ValueError, match="names no branch point of the stable run; its branch points are: tokens-512"
+    ):
+        origin_of(dataclasses.replace(a, origin="tokens-9"), pre, {"tokens-512": ours})
+    with pytest.raises(ValueError, match=r"kept by another stable run \(stable_run/auto-b\)"):
+        origin_of(dataclasses.replace(a, origin="tokens-1024"), pre, {"tokens-1024": theirs})

@@ -133,10 +133,18 @@ def _lehr_imports(path) -> set[str]:
     return found
 
 
+# The ladder's stages (ladder/dvc.yaml), each as its DVC spec: a rung's is its `foreach` template.
+LADDER = {
+    name: spec.get("do", spec)
+    for name, spec in yaml.safe_load((ROOT / "ladder/dvc.yaml").read_text())["stages"].items()
+}
+
+
 def test_every_module_a_stage_runs_is_one_of_its_deps():
     """A change to any code a stage runs must re-run it: the import closure of the stage's pipeline
-    package and of the datasets it reads and writes lies inside its `dvc.yaml` deps."""
-    for stage, spec in DVC["stages"].items():
+    package and of the datasets it reads and writes lies inside its `dvc.yaml` deps (the ladder's
+    in ladder/dvc.yaml)."""
+    for stage, spec in {**DVC["stages"], **LADDER}.items():
         package = ROOT / "src/lehr/pipelines" / stage
         todo = {str(p.relative_to(ROOT)) for p in package.glob("*.py")} | {"src/lehr/datasets/__init__.py"}
         if stage == "corpus":

@@ -34,6 +34,9 @@ GRID = {
 }
 
 
+TOLERANCES = {"gtol": 1e-12, "ftol": 1e-15, "maxiter": 10_000}
+
+
 class FitError(ValueError):
     """Too few endpoints, or no start that converged."""
 
@@ -61,10 +64,12 @@ class Law:
         return {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta}
 
 
-def _objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> float:
+def _objective(
+    theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray, scale: float = 1.0
+) -> float:
     a, b, e, alpha, beta = theta
     pred = logsumexp([a - alpha * log_n, b - beta * log_d, np.full_like(log_n, e)], axis=0)
-    return float(huber(HUBER_DELTA, pred - log_l).sum())
+    return float(huber(HUBER_DELTA, pred - log_l).sum() * scale)
 
 
 def fit(n: np.ndarray, d: np.ndarray, loss: np.ndarray, starts: dict = GRID) -> Law:
@@ -79,11 +84,17 @@ def fit(n: np.ndarray, d: np.ndarray, loss: np.ndarray, starts: dict = GRID) -> 
         )
     args = (np.log(n), np.log(d), np.log(loss))
     best = None
-    for start in itertools.product(*starts.values()):
+    for start in itertools.product(*starts.values()):  # scipy's tolerances: where is the basin?
         r = minimize(_objective, np.array(start), args=args, method="L-BFGS-B")
         if r.success and np.all(np.isfinite(r.x)) and (best is None or r.fun < best.fun):
             best = r
-    if best is None:
+    if best is not None:
+        # Then to its bottom, the loss divided by delta: residuals of ~1e-2 lie on Huber's linear
+        # part, where the plain sum is so small that L-BFGS stops near its start (a bootstrap
+        # refit would then barely move, and its intervals would shrink to nothing).
+        polish = (*args, 1 / HUBER_DELTA)
+        best = minimize(_objective, best.x, args=polish, method="L-BFGS-B", options=TOLERANCES)
+    if best is None or not best.success or not np.all(np.isfinite(best.x)):
         raise FitError(f"no start of {math.prod(len(v) for v in starts.values())} converged")
     a, b, e, alpha, beta = best.x
     return Law(E=math.exp(e), A=math.exp(a), B=math.exp(b), alpha=alpha, beta=beta)
@@ -141,6 +152,8 @@ def isoflop(points: list[dict], flops: float) -> dict | None:
         "sizes": [{"n_params": s, "tokens": t, "loss": loss} for s, t, loss in at],
         "parabola": [float(c2), float(c1), float(c0)],
         "n_opt": optimum,
+        # A minimum outside the sizes measured is the parabola's extrapolation, not a measurement.
+        "n_opt_within_sizes": optimum is not None and at[0][0] <= optimum <= at[-1][0],
     }
 
 

@@ -7,7 +7,7 @@ import logging
 
 import matplotlib.pyplot as plt
 
-from lehr.ladder import LadderParams
+from lehr.ladder_params import LadderParams
 from lehr.reporting import plot_ladder
 from lehr.scaling_fit import report
 

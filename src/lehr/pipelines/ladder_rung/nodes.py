@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lehr.ladder import LadderParams, train_rung
+from lehr.ladder import train_rung
+from lehr.ladder_params import LadderParams
 from lehr.params import AnnealParams, PretrainParams
 
 
