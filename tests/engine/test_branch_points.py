@@ -7,6 +7,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from lehr.engine.artifacts import checkpoint
 from lehr.engine.config import StopRule
 from lehr.engine.run.loop import train
@@ -26,7 +28,7 @@ def stop_at_step_9():
     return see
 
 
-def _rule(run: Path) -> StopRule:
+def _rule(run: Path, keep: tuple[int, ...] = (6, 12)) -> StopRule:
     return StopRule(
         planned_step=20,
         min_step=20,
@@ -35,7 +37,7 @@ def _rule(run: Path) -> StopRule:
         stall_window=2,
         stall_eps=0.0,
         save_to=str(run / "pre_anneal"),
-        keep=(6, 12),
+        keep=keep,
         keep_to=str(run / "branch_points"),
     )
 
@@ -62,3 +64,13 @@ def test_branch_points_are_kept_whole_and_a_stopped_run_resumes_to_the_same_byte
             assert (a / name / f).read_bytes() == (b / name / f).read_bytes(), (name, f)
     # Rolling checkpoints come and go (keep_last); the branch points stay.
     assert {p.name for p in (b / "branch_points").iterdir()} == names
+
+
+def test_a_branch_point_added_after_the_run_passed_it_is_refused(tiny_config, tmp_path):
+    """Its weights are gone: the run says so before any work instead of finishing without it."""
+    common = dict(ckpt_every=5, log_every=5, eval_every=10)
+    train(tiny_config(out_dir=str(tmp_path), stop_rule=_rule(tmp_path), **common))
+    with pytest.raises(
+        ValueError, match=r"resumed at step 20, past the branch point\(s\) tokens-1536, which it"
+    ):
+        train(tiny_config(out_dir=str(tmp_path), stop_rule=_rule(tmp_path, keep=(3, 6, 12)), **common))

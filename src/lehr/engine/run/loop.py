@@ -109,6 +109,7 @@ class Run:
             self.rolling.recover()
         distributed.barrier(d)  # every rank then reads the same checkpoints
         self.mode, self.started_from, self.prog = start(cfg, d, self.hw, self.t, self.rolling, self.shards)
+        self._check_branch_points()
         if self.prog.loss_window:
             self.guard.load_state_dict(self.prog.loss_window)
         for policy in self.policies:
@@ -366,6 +367,24 @@ class Run:
         """Where the stable phase keeps its checkpoint of ``step`` for good (a branch point)."""
         rule = self.cfg.stop_rule
         return Path(rule.keep_to) / rule.kept_name(step * self.cfg.batch_size * self.cfg.model.seq_len)
+
+    def _check_branch_points(self) -> None:
+        """A run resumed past a branch point it never kept cannot keep it any more (the weights of
+        that step are gone): refused before any work, naming the points and what to do."""
+        rule = self.cfg.stop_rule
+        passed = [
+            self.branch_point(s).name
+            for s in (rule.keep if rule else ())
+            if s <= self.prog.step and not (self.branch_point(s) / checkpoint.STATE).is_file()
+        ]
+        if passed:
+            raise ValueError(
+                f"{self.out_dir} resumed at step {self.prog.step}, past the branch point(s) "
+                f"{', '.join(passed)}, which it did not keep (pretrain.branch_points gained them after "
+                "the run had trained through them): a branch point is kept as the stable phase trains "
+                "through it. Drop them from pretrain.branch_points, or train them in a stable run of "
+                "their own (pretrain.run_name=<a new name>)."
+            )
 
     def branch_points(self) -> dict[str, str]:
         """The branch points kept so far, by name (a resumed run finds its earlier attempts')."""
