@@ -53,6 +53,18 @@ def test_newton_schulz_benchmark_runs_on_a_tiny_model():
         "bench/newton_schulz.py", "--preset", "tiny", "--vocab", "512", "--reps", "2", "--device", "cpu"
     )
     assert "14 hidden matrices" in out and "speed-up" in out
+    shared = bench(
+        "bench/newton_schulz.py",
+        "--processes",
+        "2",
+        "--shared-presets",
+        "tiny",
+        "--vocab",
+        "512",
+        "--reps",
+        "2",
+    )
+    assert "redundant" in shared and shared.strip().splitlines()[-1].startswith("shared / redundant: ")
 
 
 def test_scale_benchmark_runs_the_real_stages_on_two_small_corpora():

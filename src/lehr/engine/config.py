@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 from lehr.config_parts import Part, check_mix, require, require_positive, require_seed
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
-from lehr.engine.optim import OPTIMIZERS
+from lehr.engine.optim import MUON_WORK, OPTIMIZERS
 from lehr.engine.schedule import SHAPES
 
 
@@ -65,6 +65,10 @@ class OptimizerConfig(Part):
     muon_momentum: float = 0.95  # Nesterov
     muon_weight_decay: float = 0.0  # decoupled, per unit of muon_lr
     z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
+    # Under DDP: shared = each process orthogonalises its share of Muon's matrices (balanced by
+    # cost) and they swap results; redundant = each does all of them. The same update either way.
+    muon_work: Literal[MUON_WORK] = "shared"
+    RESUMABLE: ClassVar[frozenset] = frozenset({"muon_work"})
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")

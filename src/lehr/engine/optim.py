@@ -16,12 +16,18 @@ step bit for bit, and no host sync decides it.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch.optim import adamw
 from torch.optim._muon import _adjust_lr
 
 OPTIMIZERS = ("adamw", "muon")
 # Newton-Schulz quintic coefficients and steps of torch.optim.Muon (Keller Jordan's).
 NS_COEFFICIENTS, NS_STEPS, NS_EPS = (3.4445, -4.775, 2.0315), 5, 1e-7
+# How Muon's orthogonalisation is spread over the processes of a DDP run: shared = each rank
+# orthogonalises the matrices it owns and one all-gather hands every rank every result;
+# redundant = every rank orthogonalises every matrix (the same update, N times the work).
+MUON_WORK = ("shared", "redundant")
+CALLS = [0]  # Muon steps that orthogonalised, in this process: one per optimizer step (a test counts)
 
 
 def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
@@ -57,6 +63,7 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         lr=cfg.lr,
         betas=(cfg.beta1, cfg.beta2),
         momentum=cfg.muon_momentum,
+        shared=cfg.muon_work == "shared",
     )
 
 
@@ -73,9 +80,18 @@ class MuonAdamW(torch.optim.Optimizer):
     # GradScaler hands a fp16 run's found_inf and scale to the step, as it does to fused AdamW.
     _step_supports_amp_scaling = True
 
-    def __init__(self, groups: list[dict], *, lr: float, betas: tuple[float, float], momentum: float):
+    def __init__(
+        self,
+        groups: list[dict],
+        *,
+        lr: float,
+        betas: tuple[float, float],
+        momentum: float,
+        shared: bool = True,
+    ):
         defaults = {"lr": lr, "betas": betas, "eps": 1e-8, "momentum": momentum, "lr_scale": 1.0}
         super().__init__(groups, defaults)
+        self.shared = shared
         for group in self.param_groups:
             if group["algorithm"] == "muon" and any(p.dim() != 2 for p in group["params"]):
                 raise ValueError("Muon takes 2-D matrices only")
@@ -136,12 +152,49 @@ class MuonAdamW(torch.optim.Optimizer):
             grads = [torch.where(take, g, torch.zeros_like(g)) for g in grads]
             for buf, new in zip(bufs, torch._foreach_lerp(bufs, grads, 1 - momentum)):
                 buf.copy_(torch.where(take, new, buf))
-        updates = orthogonalise(torch._foreach_lerp(grads, bufs, momentum))
+        nesterov = torch._foreach_lerp(grads, bufs, momentum)
+        CALLS[0] += 1
+        updates = orthogonalise_shared(nesterov) if self.shared else orthogonalise(nesterov)
         for p, update in zip(params, updates):
             if take is not None:
                 update = torch.where(take, update, torch.zeros_like(update))
             p.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
             p.add_(update, alpha=-_adjust_lr(lr, None, p.shape))  # Keller's sqrt(max(1, rows / cols))
+
+
+def owners(shapes: list[torch.Size], world: int) -> list[int]:
+    """The rank that orthogonalises each matrix: the largest first, each to the least loaded rank
+    (Newton-Schulz costs about rows x cols x min(rows, cols) per iteration); the same on every rank."""
+    load, out = [0] * world, [0] * len(shapes)
+    for i in sorted(range(len(shapes)), key=lambda i: (-shapes[i].numel() * min(shapes[i]), i)):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        out[i], load[rank] = rank, load[rank] + shapes[i].numel() * min(shapes[i])
+    return out
+
+
+def orthogonalise_shared(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``orthogonalise`` with the work split over the processes of a DDP run. Under DDP every rank
+    holds the same momentum-updated gradients, so a result computed by its owner is the one every
+    rank would have computed, bit for bit where a batched matmul does not depend on the batch's
+    other members (the CPU's; a test compares); one all-gather of bf16 results hands them round."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return orthogonalise(matrices)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    owner = owners([m.shape for m in matrices], world)
+    mine = [i for i, o in enumerate(owner) if o == rank]
+    sizes = [sum(m.numel() for m, o in zip(matrices, owner) if o == r) for r in range(world)]
+    flat = torch.zeros(max(sizes), dtype=torch.bfloat16, device=matrices[0].device)
+    if mine:
+        done = orthogonalise([matrices[i] for i in mine])
+        flat[: sizes[rank]] = torch.cat([y.reshape(-1) for y in done])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    out: list[torch.Tensor] = [None] * len(matrices)  # type: ignore[list-item]
+    offsets = [0] * world
+    for i, (m, o) in enumerate(zip(matrices, owner)):
+        out[i] = gathered[o][offsets[o] : offsets[o] + m.numel()].view(m.shape)
+        offsets[o] += m.numel()
+    return out
 
 
 def orthogonalise(matrices: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,0 +1,43 @@
+"""Muon's orthogonalisation shared across DDP processes: owners balanced by cost, the same update
+as every process doing all of it (bit for bit on CPU), and one orthogonalisation per optimizer
+step whatever the gradient accumulation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lehr.engine import optim
+from lehr.engine.dist.launch import Launch, run
+from lehr.engine.run.loop import train
+
+
+def test_owners_balance_the_cost_and_agree_everywhere():
+    shapes = [torch.Size(s) for s in [(256, 688)] * 3 + [(688, 256)] * 3 + [(256, 256)] * 12]
+    owner = optim.owners(shapes, 2)
+    load = [sum(s.numel() * min(s) for s, o in zip(shapes, owner) if o == r) for r in range(2)]
+    assert max(load) / min(load) < 1.1 and owner == optim.owners(shapes, 2)
+    assert optim.owners(shapes, 1) == [0] * len(shapes)
+
+
+def test_one_orthogonalisation_per_step_with_four_micro_batches(tiny_config, tmp_path):
+    before = optim.CALLS[0]
+    summary = train(tiny_config(out_dir=str(tmp_path / "run"), batch_size=8, micro_batch=2, planned_steps=6))
+    assert summary["step"] == 6 and optim.CALLS[0] - before == 6
+
+
+@pytest.mark.slow
+def test_shared_orthogonalisation_is_the_redundant_update_bit_for_bit(tiny_config, tmp_path):
+    base = dict(planned_steps=12, micro_batch=2, eval_every=6, ckpt_every=6, optimizer="muon")
+    for work in optim.MUON_WORK:
+        run(tiny_config(out_dir=str(tmp_path / work), muon_work=work, **base), Launch(nproc_per_node=2))
+    shared, redundant = (load_file(tmp_path / w / "final" / "model.safetensors") for w in optim.MUON_WORK)
+    assert shared.keys() == redundant.keys()
+    for k in shared:
+        assert torch.equal(shared[k], redundant[k]), k
+    moments = [
+        torch.load(tmp_path / w / "final" / "optimizer.pt", weights_only=True)["optimizer"]
+        for w in optim.MUON_WORK
+    ]
+    assert str(moments[0]) == str(moments[1])
