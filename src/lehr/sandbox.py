@@ -19,6 +19,7 @@ MARKER = ".lehr-sandbox"
 COPIED = (
     "pyproject.toml",
     "dvc.yaml",
+    "ladder/dvc.yaml",  # the ladder's stages (not its lock: the sandbox has run none of them)
     ".dvcignore",
     ".gitignore",
     ".telemetry",
@@ -51,6 +52,7 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
                 ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "local", ".ipynb_checkpoints"),
             )
         elif src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
     tracked = _tracked(project, project / "conf" / "local")
     shutil.copytree(
