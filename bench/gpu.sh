@@ -6,7 +6,8 @@
 # the ~124M gpt2-small preset: tokens/s, MFU and peak memory of lehr's loop vs a bare loop in bf16,
 # eager and compiled (goal: MFU >= 50% on an H200), and with FP8 block matmuls, compiled; then the
 # engine's CUDA checks (host syncs per log interval, exact resume, the non-finite guard); then FSDP2
-# runs of gpt2-small and the ~1B llama-1b preset, with and without activation checkpointing.
+# runs of gpt2-small with and without activation checkpointing, and of the ~1B llama-1b preset
+# with Muon and with AdamW.
 # FP8 needs torchao; on a machine without a package index, carry a wheel in .wheels/
 # (`pip download "torchao>=0.14" --no-deps -d .wheels` beforehand).
 set -euo pipefail
@@ -29,8 +30,11 @@ fi
 echo "== FSDP2 (one process, one shard): MFU and peak memory, with and without activation checkpointing =="
 for ac in none blocks; do
   $PY bench/train_loop.py "${common[@]}" --precision bf16 --compile --parallel fsdp --optimizer adamw --activation-checkpointing $ac
+done
+echo "== llama-1b under FSDP2 with Muon (the default) and with AdamW: MFU and peak memory =="
+for opt in muon adamw; do
   $PY bench/train_loop.py --preset llama-1b --vocab 32000 --device cuda --batch 16 --micro 8 --steps 10 \
-    --warmup 5 --rounds 1 --precision bf16 --compile --parallel fsdp --optimizer adamw --activation-checkpointing $ac
+    --warmup 5 --rounds 1 --precision bf16 --compile --parallel fsdp --optimizer $opt --activation-checkpointing blocks
 done
 echo "== engine checks on CUDA =="
 $PY bench/cuda_checks.py

@@ -4,13 +4,20 @@ Same model, batch, precision and optimizer; the bare loop gets its batches pre-d
 Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share of step time
 (goal <= 1%), and checkpoint save / verify+load seconds.
 
+With ``--processes N`` (torchrun, gloo on CPU: DDP, or FSDP with ``--parallel fsdp``), instead
+lehr's N-process tok/s with Muon's orthogonalisation shared against redundant
+(``pretrain.muon_work``), interleaved rounds, ending with ``shared / redundant: N.NNx`` (goal
+>= 1.1x on a 2-core CPU).
+
     python bench/train_loop.py [--optimizer adamw]               # CPU, cpu-demo preset
     python bench/train_loop.py --preset gpt2-small --device cuda --precision bf16 [--compile]
+    python bench/train_loop.py --processes 2 [--parallel fsdp]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import tempfile
@@ -23,8 +30,10 @@ from lehr.engine import fp8
 from lehr.engine.artifacts import checkpoint
 from lehr.engine.batches import ShardSet, TrainStream
 from lehr.engine.config import TrainConfig
+from lehr.engine.dist.launch import Launch, run
 from lehr.engine.hardware import resolve
 from lehr.engine.model import Transformer, preset
+from lehr.engine.optim import MUON_WORK
 from lehr.engine.optim import build as build_optimizer
 from lehr.engine.run.loop import train
 from synthetic import synthetic_shards
@@ -56,7 +65,7 @@ def speed_config(model, shards: Path, out: Path, *, batch: int, micro: int, warm
     )
 
 
-def config(args, shards: Path, out: Path) -> TrainConfig:
+def config(args, shards: Path, out: Path, **settings) -> TrainConfig:
     model = preset(args.preset, args.vocab, **({"seq_len": args.seq_len} if args.seq_len else {}))
     return speed_config(
         model,
@@ -73,6 +82,7 @@ def config(args, shards: Path, out: Path) -> TrainConfig:
         parallel=args.parallel,
         activation_checkpointing=args.activation_checkpointing,
         optimizer=args.optimizer,
+        **settings,
     )
 
 
@@ -93,6 +103,33 @@ def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
     tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
     seconds = sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
     return sum(tokens) / seconds, logged[-1]["mfu"], logged[-1]["mem"]
+
+
+def logged_tok_s(run_dir: Path) -> float:
+    """``lehr_tok_s`` from a run's metrics.jsonl, for runs in other processes (torchrun's)."""
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    logged = [r for r in rows if r["kind"] == "train"]
+    tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
+    return sum(tokens) / sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
+
+
+def across_processes(args, shards: Path, tmp: Path) -> None:
+    """Muon's shared against redundant orthogonalisation in lehr's own N-process runs."""
+    tok_s: dict[str, list[float]] = {work: [] for work in MUON_WORK}
+    for r in range(args.rounds):  # interleaved, each first in every other round
+        for work in MUON_WORK if r % 2 == 0 else MUON_WORK[::-1]:
+            cfg = config(args, shards, tmp / f"{work}{r}", muon_work=work)
+            run(cfg, Launch(nproc_per_node=args.processes))
+            tok_s[work].append(logged_tok_s(Path(cfg.out_dir)))
+    print(
+        f"model {args.preset}, batch {args.batch} x {cfg.model.seq_len} tokens, micro {args.micro}, "
+        f"{args.processes} processes ({cfg.parallel}, {cfg.device}), optimizer {cfg.optimizer}"
+    )
+    for work, values in tok_s.items():
+        rounds = ", ".join(f"{x:,.0f}" for x in values)
+        print(f"muon_work {work:9s} {statistics.median(values):10,.0f} tok/s   (rounds: {rounds})")
+    ratio = statistics.median(tok_s["shared"]) / statistics.median(tok_s["redundant"])
+    print(f"shared / redundant: {ratio:.2f}x   (goal >= 1.1x)")
 
 
 def bare_tok_s(cfg: TrainConfig, warmup: int, steps: int) -> float:
@@ -170,7 +207,8 @@ def main() -> None:
     p.add_argument("--precision", default="auto")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--attention", default="auto", help="SDPA kernel: auto | flash | efficient | cudnn | math")
-    p.add_argument("--parallel", default="ddp", help="ddp | fsdp (FSDP2 over this one process: one shard)")
+    p.add_argument("--parallel", default="ddp", help="ddp | fsdp (FSDP2; over one process: one shard)")
+    p.add_argument("--processes", type=int, default=1, help="> 1: shared vs redundant Muon across them")
     p.add_argument("--activation-checkpointing", default="none", help="none | blocks")
     p.add_argument(
         "--optimizer", default="muon", help="adamw | muon (Muon on the hidden matrices, AdamW on the rest)"
@@ -180,6 +218,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shards = synthetic_shards(tmp / "shards", args.vocab)
+        if args.processes > 1:
+            across_processes(args, shards, tmp)
+            return
         ours, bare = [], []
         # Interleaved, so drift in machine speed hits both alike, and each goes first in every other
         # round: on this 2-core CPU whichever runs second in a round measured up to ~10% faster.

@@ -43,6 +43,16 @@ def test_train_loop_benchmark_runs_on_a_tiny_model():
     assert "ratio lehr/bare" in out and "checkpoint    save" in out
 
 
+def test_train_loop_benchmark_compares_muon_work_over_two_processes():
+    out = bench(
+        "bench/train_loop.py",
+        *("--preset", "tiny", "--vocab", "512", "--batch", "8", "--micro", "4"),
+        *("--steps", "2", "--warmup", "2", "--rounds", "1", "--device", "cpu", "--processes", "2"),
+    )
+    assert "muon_work shared" in out and "muon_work redundant" in out
+    assert out.strip().splitlines()[-1].startswith("shared / redundant: ")
+
+
 def test_recipe_speed_benchmark_runs_both_recipes():
     out = bench("bench/recipe_speed.py", "--vocab", "512", "--steps", "2", "--warmup", "2", "--rounds", "1")
     assert "before" in out and "default" in out and "ratio default/before" in out
@@ -64,7 +74,8 @@ def test_newton_schulz_benchmark_runs_on_a_tiny_model():
         "--reps",
         "2",
     )
-    assert "redundant" in shared and shared.strip().splitlines()[-1].startswith("shared / redundant: ")
+    assert "FSDP shared (in turn)" in shared and "FSDP shared (by cost) / redundant" in shared
+    assert shared.strip().splitlines()[-1].startswith("shared / redundant: ")
 
 
 def test_scale_benchmark_runs_the_real_stages_on_two_small_corpora():
@@ -72,3 +83,12 @@ def test_scale_benchmark_runs_the_real_stages_on_two_small_corpora():
     rows = [line.split()[2] for line in out.splitlines() if line.strip().split()[1:2] == ["MB"]]
     assert rows == ["tokenize", "shard", "tokenize", "shard"], out
     assert "tokenize peak 4 MB / 2 MB" in out and "ratio" in out
+
+
+def test_lr_transfer_benchmark_sweeps_rungs_on_the_smoke_shards(smoke_shards):
+    out = bench(
+        "bench/lr_transfer.py",
+        *("--shards", str(smoke_shards), "--depths", "1,2", "--multipliers", "1,2"),
+        *("--tokens", "8192", "--optimizers", "muon"),
+    )
+    assert "muon: best multiplier per depth" in out and "held-out" in out

@@ -148,6 +148,9 @@ def test_branch_points_are_whole_steps_within_the_stable_phase(tmp_path):
         ValueError, match="5000 tokens, not a whole number of steps of 4096 tokens.*use 4096 or 8192"
     ):
         stable_config(off_step, MANIFEST, tmp_path, PROV)
+    under_one = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[1000])
+    with pytest.raises(ValueError, match=r"1000 tokens, not a whole number.*: use 4096$"):
+        stable_config(under_one, MANIFEST, tmp_path, PROV)
     # Auto-anneal may stop the stable phase at its min_step (400): a point after it might never come.
     late = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[401 * 4096])
     with pytest.raises(ValueError, match=r"\(step 401\), past the stable phase: it surely runs to step 400"):

@@ -255,7 +255,7 @@ def _check(args: argparse.Namespace) -> int:
     from kedro.config import OmegaConfigLoader
 
     from lehr import conf_visibility
-    from lehr.params import check_all
+    from lehr.params_check import check_all
     from lehr.project import profile_in_force
 
     env = args.env or profile_in_force(Path.cwd())

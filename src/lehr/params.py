@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from lehr.config_parts import Part, Section, from_mapping, require, require_positive
+from lehr.config_parts import Part, Section, require, require_positive
 from lehr.data.params import ShardParams, TokenizeParams
 from lehr.engine.config import SHARED_PARTS, BranchConfig, Launch
 from lehr.files.names import RULE, is_folder_name
@@ -151,18 +151,3 @@ SECTIONS = {
     "evaluate": EvaluateParams,
     "soup": SoupParams,
 }
-# The ladder's params are checked with the ladder (``lehr.ladder.LadderParams``, the same kit).
-
-
-def check_all(parameters: dict) -> list[str]:
-    """Every section of a resolved parameters mapping, validated; returns the problems found."""
-    problems = []
-    for section, cls in SECTIONS.items():
-        if section not in parameters:
-            problems.append(f"parameter section {section} is missing")
-            continue
-        try:
-            from_mapping(cls, parameters[section], section)
-        except (TypeError, ValueError) as e:
-            problems.append(str(e))
-    return problems

@@ -78,12 +78,12 @@ def branch_point_steps(p: PretrainParams, cfg: TrainConfig, rule: StopRule) -> t
     last = rule.min_step if rule.auto else rule.planned_step
     steps = []
     for tokens in p.branch_points:
-        if tokens % per_step:
+        if tokens % per_step or tokens <= 0:
             below = tokens // per_step * per_step
+            nearest = " or ".join(str(n) for n in (below, below + per_step) if n > 0)
             raise ValueError(
                 f"pretrain.branch_points names {tokens} tokens, not a whole number of steps of {per_step} "
-                f"tokens (batch_size {cfg.batch_size} x seq_len {cfg.model.seq_len}): use "
-                f"{below or per_step} or {below + per_step}"
+                f"tokens (batch_size {cfg.batch_size} x seq_len {cfg.model.seq_len}): use {nearest}"
             )
         if tokens // per_step > last:
             why = "auto_anneal.min_fraction" if rule.auto else "planned_decay_fraction"

@@ -10,46 +10,26 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV, Rolling
 from lehr.engine.dist.launch import Launch, run
+from tests.engine import compare_runs, detached
 
 pytestmark = pytest.mark.slow
-# FSDP trains with AdamW (Muon orthogonalises whole matrices; under FSDP each rank holds a shard).
+# These tests train with AdamW, whose state sharding is simplest to count; Muon under FSDP has
+# tests/engine/test_muon_fsdp.py.
 BASE = dict(planned_steps=16, micro_batch=2, eval_every=8, ckpt_every=4, optimizer="adamw")
 # Two processes sum gradients in another order than one (and FSDP's reduce-scatter in another
 # order than DDP's all-reduce): the same training within float32 rounding, not bit for bit.
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def weights(run_dir: Path) -> dict:
-    return load_file(run_dir / "final" / "model.safetensors")
-
-
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [(r["step"], r["loss"]) for r in rows if r["kind"] == "train"]
-
-
 def assert_close_runs(a: Path, b: Path, exact: bool = False) -> None:
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        if exact:
-            assert torch.equal(wa[k], wb[k]), k
-        else:
-            torch.testing.assert_close(wa[k], wb[k], rtol=RTOL, atol=ATOL)
-    # An interrupted run also logs the step it stopped at; every step the straight run logged matches.
-    la, lb = dict(losses(a)), dict(losses(b))
-    assert set(la) <= set(lb)
-    for step, x in la.items():
-        assert x == lb[step] if exact else abs(x - lb[step]) < 1e-4, (step, la, lb)
+    compare_runs.assert_same(a, b, exact=exact, rtol=RTOL, atol=ATOL, loss_atol=1e-4)
 
 
 def test_fsdp_trains_as_ddp_does_and_activation_checkpointing_changes_nothing(tiny_config, tmp_path):
@@ -140,24 +120,12 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     the newest committed checkpoint verifies, and the run resumes from it to the same weights."""
     cfg = dict(parallel="fsdp", async_save=True, **BASE)
     run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), Launch(nproc_per_node=2))
-    job = tmp_path / "job.json"
-    job.write_text(json.dumps(tiny_config(out_dir=str(tmp_path / "killed"), **cfg).to_dict()))
-    launcher = (
-        "import json, sys; from lehr.engine.dist.launch import Launch, run; from lehr.engine.config import "
-        "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=2))"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", launcher, str(job)],
-        env={**os.environ, SLOW_WRITE_ENV: "3"},
-        start_new_session=True,
-    )
+    job, killed = tmp_path / "job.json", tiny_config(out_dir=str(tmp_path / "killed"), **cfg)
+    proc = detached.start(killed, job, 2, {SLOW_WRITE_ENV: "3"})
     checkpoints = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (checkpoints / "step_00000004" / "state.json").is_file():
-        time.sleep(0.2)
+    detached.wait_until((checkpoints / "step_00000004" / "state.json").is_file, 120)
     # step 4 is committed once step 8's save is asked for; step 8's shards are then in flight.
-    while time.time() < deadline and not any(checkpoints.glob(".tmp-step_00000008-*")):
-        time.sleep(0.1)
+    detached.wait_until(lambda: any(checkpoints.glob(".tmp-step_00000008-*")), 60)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     path, _ = Rolling(checkpoints, 2).latest_valid()

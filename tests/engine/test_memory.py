@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lehr.engine.memory import GIB, Setup, check_fits, estimate, parameter_count
+from lehr.engine.memory import GIB, Setup, check_fits, estimate, hidden_matrix_count, parameter_count
 from lehr.engine.model import ModelConfig, Transformer, preset
 
 
@@ -75,14 +75,24 @@ def test_the_optimizer_state_estimate_is_what_the_optimizer_keeps(tiny_config, o
     assert kept == estimate(cfg.model, Setup(4, 1, "ddp", "fp32", "none", optimizer)).optimizer
 
 
-def test_a_muon_run_is_offered_only_what_the_config_accepts(tiny_config):
-    """Muon does not run under FSDP (the config refuses it), so the estimate never suggests FSDP
-    alone to a Muon run: each option it names is one TrainConfig accepts."""
+def test_a_muon_run_is_offered_fsdp_and_its_work_is_counted(tiny_config):
+    """Muon runs under FSDP, so a Muon run that cannot fit is offered FSDP as it is, a config
+    TrainConfig accepts; Muon's working memory shrinks with the ranks that share it."""
+    cfg = preset("llama-1b", 32000)
     with pytest.raises(MemoryError) as e:
-        check_fits(preset("llama-1b", 32000), Setup(16, 8, "ddp", "bf16", "none", "muon"), 24 * GIB)
+        check_fits(cfg, Setup(16, 8, "ddp", "bf16", "none", "muon"), 24 * GIB)
     message = str(e.value)
-    assert "pretrain.parallel: fsdp with pretrain.optimizer: adamw" in message
-    assert "pretrain.parallel: fsdp:" not in message
-    tiny_config(parallel="fsdp", optimizer="adamw")  # the suggestion is a config that is accepted
-    with pytest.raises(ValueError, match="optimizer"):
-        tiny_config(parallel="fsdp", optimizer="muon")
+    assert "pretrain.parallel: fsdp:" in message and "adamw" not in message
+    tiny_config(parallel="fsdp", optimizer="muon")  # accepted
+    work = {
+        kind: estimate(cfg, Setup(8, 8, parallel, "bf16", "none", "muon", muon)).optimizer_work
+        for kind, parallel, muon in (
+            ("fsdp", "fsdp", "shared"),
+            ("ddp shared", "ddp", "shared"),
+            ("ddp redundant", "ddp", "redundant"),
+        )
+    }
+    assert work["fsdp"] < work["ddp shared"] < work["ddp redundant"]
+    assert estimate(cfg, Setup(8, 8, "fsdp", "bf16", "none", "adamw")).optimizer_work == 0
+    hidden = hidden_matrix_count(cfg)
+    assert work["ddp redundant"] == 12 * hidden  # fp32 momentum-updated gradients + 4 bf16 copies

@@ -182,10 +182,8 @@ def test_spike_skipping_run_counts_skips_and_resumes_exactly(tiny_config, tmp_pa
         ({"spike_sigma": -1.0}, r"spike_sigma = -1.0 must be >= 0"),
         ({"spike_window": 1}, r"spike_window = 1 must be at least 2"),
         ({"muon_momentum": 1.0}, r"muon_momentum = 1.0 must lie in \[0, 1\)"),
-        (
-            {"optimizer": "muon", "parallel": "fsdp"},
-            "optimizer = 'muon' is not supported with parallel: fsdp",
-        ),
+        ({"optimizer": "muon", "parallel": "fsdp", "muon_lr": 0.0}, r"muon_lr = 0.0 must be positive"),
+        ({"muon_work": "halved"}, r"muon_work = 'halved' must be one of shared, redundant"),
     ],
 )
 def test_bad_optimizer_settings_are_refused(tiny_config, change, message):

@@ -65,8 +65,8 @@ class OptimizerConfig(Part):
     muon_momentum: float = 0.95  # Nesterov
     muon_weight_decay: float = 0.0  # decoupled, per unit of muon_lr
     z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
-    # Under DDP: shared = each process orthogonalises its share of Muon's matrices (balanced by
-    # cost) and they swap results; redundant = each does all of them. The same update either way.
+    # Under DDP or FSDP: shared = each process orthogonalises its share of Muon's matrices
+    # (balanced by cost) and they swap results; redundant = each does all of them. The same update.
     muon_work: Literal[MUON_WORK] = "shared"
     RESUMABLE: ClassVar[frozenset] = frozenset({"muon_work"})
 
@@ -405,13 +405,6 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         super().__post_init__()
 
     def check(self) -> None:
-        require(
-            not (self.optimizer == "muon" and self.parallel == "fsdp"),
-            "optimizer",
-            self.optimizer,
-            "is not supported with parallel: fsdp yet (Muon orthogonalises whole matrices, FSDP shards "
-            "them); use optimizer: adamw with fsdp, or muon with ddp",
-        )
         if parsed := task_metric(self.decide_by):
             task, _ = parsed
             require(

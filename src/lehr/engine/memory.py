@@ -2,10 +2,10 @@
 and activations for the chosen parallelism, and a refusal, naming what to change, when it cannot
 fit.
 
-The figures are estimates in the usual accounting (fp32 master weights, gradients and AdamW's two
-moments; activations of a pre-norm block as Korthikanti et al. count them, with an SDPA kernel
-that stores no attention matrix), not measurements: allocator slack, CUDA context and compiled
-kernels' workspaces come on top, hence the headroom.
+The figures are estimates in the usual accounting (fp32 master weights, gradients, AdamW's two
+moments or Muon's one and its Newton-Schulz work; activations of a pre-norm block as Korthikanti
+et al. count them, with an SDPA kernel that stores no attention matrix), not measurements:
+allocator slack, CUDA context and compiled kernels' workspaces come on top, hence the headroom.
 """
 
 from __future__ import annotations
@@ -23,18 +23,19 @@ HEADROOM = 0.9  # of the device's memory the estimate may use
 class Estimate:
     parameters: float  # bytes per GPU
     gradients: float
-    optimizer: float
+    optimizer: float  # the state it keeps
+    optimizer_work: float  # what its step holds for a moment (Muon's gathered matrices)
     activations: float
 
     @property
     def total(self) -> float:
-        return self.parameters + self.gradients + self.optimizer + self.activations
+        return self.parameters + self.gradients + self.optimizer + self.optimizer_work + self.activations
 
     def describe(self) -> str:
-        parts = ("parameters", "gradients", "optimizer", "activations")
+        parts = ("parameters", "gradients", "optimizer", "optimizer_work", "activations")
         return (
             f"{self.total / GIB:.1f} GiB per GPU ("
-            + ", ".join(f"{p} {getattr(self, p) / GIB:.2f}" for p in parts)
+            + ", ".join(f"{p.replace('_', ' ')} {getattr(self, p) / GIB:.2f}" for p in parts)
             + ")"
         )
 
@@ -61,6 +62,7 @@ class Setup:
     precision: str  # the resolved one: bf16, fp16, fp8 or fp32
     activation_checkpointing: str  # none | blocks
     optimizer: str  # adamw (two fp32 moments per parameter) | muon (one on the hidden matrices)
+    muon_work: str = "shared"  # shared | redundant (see optim.MUON_WORK)
 
 
 def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
@@ -85,8 +87,26 @@ def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
         parameters=4 * n / shards + gathered / 2,
         gradients=4 * n / shards + gathered / 2,
         optimizer=(8 * n - (4 * hidden_matrix_count(cfg) if setup.optimizer == "muon" else 0)) / shards,
+        optimizer_work=muon_work(cfg, setup) if setup.optimizer == "muon" else 0.0,
         activations=blocks + logits,
     )
+
+
+def muon_work(cfg: ModelConfig, setup: Setup) -> float:
+    """Bytes Muon's step holds on one GPU beyond its state: the momentum-updated gradients (fp32)
+    of this rank's matrices, the matrices it orthogonalises in bf16 with Newton-Schulz's three
+    working copies, and what the exchange sends and receives in bf16 (``optim``): under FSDP this
+    rank's shards out and its owned matrices in; under DDP shared, every result gathered."""
+    hidden = hidden_matrix_count(cfg)
+    fsdp, world = setup.parallel == "fsdp", setup.world
+    held = hidden / world if fsdp else hidden
+    owned = hidden if setup.muon_work == "redundant" or world == 1 else hidden / world
+    exchange = 0.0
+    if world > 1 and fsdp:
+        exchange = 2 * (held + owned)
+    elif world > 1 and setup.muon_work == "shared":
+        exchange = 2 * hidden
+    return 4 * held + 2 * 4 * owned + exchange
 
 
 def check_fits(cfg: ModelConfig, setup: Setup, device_bytes: int | None) -> Estimate:
@@ -96,13 +116,9 @@ def check_fits(cfg: ModelConfig, setup: Setup, device_bytes: int | None) -> Esti
     if device_bytes is None or est.total <= HEADROOM * device_bytes:
         return est
     smaller = max(1, setup.micro_batch // 4)
-    # Only what the config accepts: Muon does not run under FSDP (TrainConfig.check), so with Muon
-    # the FSDP options name AdamW too.
-    fsdp, label = dict(parallel="fsdp"), "pretrain.parallel: fsdp"
-    if setup.optimizer == "muon":
-        fsdp, label = dict(fsdp, optimizer="adamw"), f"{label} with pretrain.optimizer: adamw"
+    fsdp = dict(parallel="fsdp")
     changes = {
-        label: fsdp,
+        "pretrain.parallel: fsdp": fsdp,
         "pretrain.activation_checkpointing: blocks": dict(activation_checkpointing="blocks"),
         "both": dict(fsdp, activation_checkpointing="blocks"),
         f"pretrain.micro_batch: {smaller}": dict(micro_batch=smaller),

@@ -11,21 +11,29 @@ such input, so ``MuonAdamW`` applies Muon's step (torch's arithmetic and LR scal
 orthogonalisation batched over matrices of one shape) with every change to a parameter or its
 momentum selected on ``found_inf``: a skipped step leaves both untouched, a taken one is torch's
 step bit for bit, and no host sync decides it.
+
+Newton-Schulz needs whole matrices, once per optimizer step. On one process it runs on each
+matrix; under DDP (``muon_work: shared``) each rank runs it on the matrices it owns and one
+all-gather hands the results round; under FSDP each rank's shards of a matrix go to the matrix's
+owner in one all-to-all and the shards of the result come back in another. Owners are balanced
+by cost (``owners``), and ``muon_work: redundant`` (every rank does every matrix) is kept to
+compare against.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
 from torch.optim import adamw
 from torch.optim._muon import _adjust_lr
 
 OPTIMIZERS = ("adamw", "muon")
 # Newton-Schulz quintic coefficients and steps of torch.optim.Muon (Keller Jordan's).
 NS_COEFFICIENTS, NS_STEPS, NS_EPS = (3.4445, -4.775, 2.0315), 5, 1e-7
-# How Muon's orthogonalisation is spread over the processes of a DDP run: shared = each rank
-# orthogonalises the matrices it owns and one all-gather hands every rank every result;
-# redundant = every rank orthogonalises every matrix (the same update, N times the work).
+# How Muon's orthogonalisation is spread over the processes (DDP or FSDP): shared = each matrix
+# is orthogonalised once, by the rank that owns it; redundant = every rank orthogonalises every
+# matrix (the same update, N times the work).
 MUON_WORK = ("shared", "redundant")
 CALLS = [0]  # Muon steps that orthogonalised, in this process: one per optimizer step (a test counts)
 
@@ -51,6 +59,7 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         # Fused on every device: one kernel per step, and it honours ``found_inf`` (see run/guard.py).
         return torch.optim.AdamW(adam_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
     hidden = [p for n, p in named if is_hidden_matrix(n, p)]
+    check_layout([(n, p) for n, p in named if is_hidden_matrix(n, p)])
     muon_group = {
         "params": hidden,
         "algorithm": "muon",
@@ -141,11 +150,14 @@ class MuonAdamW(torch.optim.Optimizer):
         # On a skipped step (found_inf = 1) every factor below is the identity; otherwise each is
         # the very scalar torch.optim.Muon uses, so the two step alike bit for bit.
         take = None if found_inf is None else found_inf == 0  # False on a skipped step
-        grads = [p.grad if grad_scale is None else p.grad / grad_scale for p in params]
-        for p, g in zip(params, grads):
+        for p in params:  # a DTensor under FSDP, so that the state dict shards it like the weights
             if "momentum_buffer" not in self.state[p]:
-                self.state[p]["momentum_buffer"] = torch.zeros_like(g, memory_format=torch.preserve_format)
-        bufs = [self.state[p]["momentum_buffer"] for p in params]
+                self.state[p]["momentum_buffer"] = torch.zeros_like(
+                    p.grad, memory_format=torch.preserve_format
+                )
+        # The arithmetic runs on this rank's shards (the whole tensors outside FSDP).
+        grads = [_local(p.grad) if grad_scale is None else _local(p.grad) / grad_scale for p in params]
+        bufs = [_local(self.state[p]["momentum_buffer"]) for p in params]
         if take is None:
             torch._foreach_lerp_(bufs, grads, 1 - momentum)
         else:  # a non-finite gradient must not reach the momentum, even times 0
@@ -154,12 +166,24 @@ class MuonAdamW(torch.optim.Optimizer):
                 buf.copy_(torch.where(take, new, buf))
         nesterov = torch._foreach_lerp(grads, bufs, momentum)
         CALLS[0] += 1
-        updates = orthogonalise_shared(nesterov) if self.shared else orthogonalise(nesterov)
+        if isinstance(params[0], DTensor):
+            world = params[0].device_mesh.size()
+            owner = owners([p.shape for p in params], world) if self.shared else None
+            updates = orthogonalise_sharded(nesterov, params, owner)
+        else:
+            updates = orthogonalise_shared(nesterov) if self.shared else orthogonalise(nesterov)
         for p, update in zip(params, updates):
             if take is not None:
                 update = torch.where(take, update, torch.zeros_like(update))
-            p.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
-            p.add_(update, alpha=-_adjust_lr(lr, None, p.shape))  # Keller's sqrt(max(1, rows / cols))
+            weight = _local(p)
+            weight.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
+            # Keller's sqrt(max(1, rows / cols)), of the whole matrix (a DTensor's shape is global)
+            weight.add_(update, alpha=-_adjust_lr(lr, None, p.shape))
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (a view: writing it writes the parameter); a tensor itself."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def owners(shapes: list[torch.Size], world: int) -> list[int]:
@@ -176,25 +200,117 @@ def orthogonalise_shared(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
     """``orthogonalise`` with the work split over the processes of a DDP run. Under DDP every rank
     holds the same momentum-updated gradients, so a result computed by its owner is the one every
     rank would have computed, bit for bit where a batched matmul does not depend on the batch's
-    other members (the CPU's; a test compares); one all-gather of bf16 results hands them round."""
+    other members (the CPU's; a test compares); one all-to-all hands each owner's bf16 results to
+    every other rank (gloo moves an all-to-all several times faster than an all-gather of the
+    same bytes: ``bench/newton_schulz.py`` measures this scheme)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return orthogonalise(matrices)
     world, rank = dist.get_world_size(), dist.get_rank()
     owner = owners([m.shape for m in matrices], world)
-    mine = [i for i, o in enumerate(owner) if o == rank]
-    sizes = [sum(m.numel() for m, o in zip(matrices, owner) if o == r) for r in range(world)]
-    flat = torch.zeros(max(sizes), dtype=torch.bfloat16, device=matrices[0].device)
-    if mine:
-        done = orthogonalise([matrices[i] for i in mine])
-        flat[: sizes[rank]] = torch.cat([y.reshape(-1) for y in done])
-    gathered = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat)
+    computes = [[i for i, o in enumerate(owner) if o == k] for k in range(world)]
+    done = orthogonalise([matrices[i] for i in computes[rank]]) if computes[rank] else []
+    got = _exchange(
+        [[] if k == rank else done for k in range(world)],
+        [[] if k == rank else [matrices[i].shape for i in computes[k]] for k in range(world)],
+        None,
+        matrices[0].device,
+    )
+    got[rank] = done
     out: list[torch.Tensor] = [None] * len(matrices)  # type: ignore[list-item]
-    offsets = [0] * world
-    for i, (m, o) in enumerate(zip(matrices, owner)):
-        out[i] = gathered[o][offsets[o] : offsets[o] + m.numel()].view(m.shape)
-        offsets[o] += m.numel()
+    for k in range(world):
+        for i, y in zip(computes[k], got[k]):
+            out[i] = y
     return out
+
+
+def check_layout(named: list[tuple[str, torch.Tensor]]) -> None:
+    """Muon under FSDP gathers matrices sharded along one of their dimensions over a 1-D mesh
+    (``fully_shard``'s layout, on any dimension); refuses every other layout before any work."""
+    meshes = {p.device_mesh for _, p in named if isinstance(p, DTensor)}
+    for name, p in named:
+        if not isinstance(p, DTensor):
+            continue
+        if len(meshes) > 1 or p.device_mesh.ndim != 1 or type(p.placements[0]) is not Shard:
+            raise ValueError(
+                f"Muon cannot gather {name}: it is laid out as {p.placements} over a "
+                f"{p.device_mesh.ndim}-D process mesh, and Muon under FSDP takes the hidden matrices "
+                "sharded along one dimension over one 1-D mesh (fully_shard's layout). Shard them so, "
+                "or set pretrain.optimizer: adamw for this layout."
+            )
+
+
+def orthogonalise_sharded(
+    parts: list[torch.Tensor], params: list[torch.Tensor], owner: list[int] | None
+) -> list[torch.Tensor]:
+    """``orthogonalise`` of matrices FSDP shards (checked by ``check_layout``). ``parts`` are this
+    rank's shards of ``params``' momentum-updated gradients; returns this rank's shards of their
+    updates. With ``owner`` (each matrix's rank, e.g. ``owners``) one all-to-all hands every shard
+    of a matrix to its owner, which orthogonalises it whole, once, and a second hands each rank
+    its shard of the result; without, one all-to-all hands every rank every shard and each
+    orthogonalises everything. Both send bf16, the precision Newton-Schulz starts from, so
+    neither rounds anything twice."""
+    mesh = params[0].device_mesh
+    world, rank, group = mesh.size(), mesh.get_local_rank(), mesh.get_group()
+    if world == 1:
+        return orthogonalise(parts)
+    dims = [p.placements[0].dim for p in params]
+    spans = [_spans(p.shape[d], world) for p, d in zip(params, dims)]
+
+    def shard(i: int, k: int) -> torch.Size:  # the shape of rank k's shard of matrix i
+        return torch.Size(n if d != dims[i] else spans[i][k][1] for d, n in enumerate(params[i].shape))
+
+    for i, part in enumerate(parts):
+        if part.shape != shard(i, rank):
+            raise RuntimeError(
+                f"a shard of shape {tuple(part.shape)}, not torch.chunk's {tuple(shard(i, rank))}"
+            )
+    computes = [[i for i in range(len(params)) if owner is None or owner[i] == k] for k in range(world)]
+    mine = computes[rank]
+    got = _exchange(
+        [[parts[i] for i in computes[k]] for k in range(world)],
+        [[shard(i, k) for i in mine] for k in range(world)],
+        group,
+        parts[0].device,
+    )
+    whole = orthogonalise([torch.cat([got[k][j] for k in range(world)], dims[i]) for j, i in enumerate(mine)])
+    if owner is None:
+        return [y.narrow(dims[i], *spans[i][rank]) for i, y in enumerate(whole)]
+    back = _exchange(
+        [[y.narrow(dims[i], *spans[i][k]) for i, y in zip(mine, whole)] for k in range(world)],
+        [[shard(i, rank) for i in computes[k]] for k in range(world)],
+        group,
+        parts[0].device,
+    )
+    out: list[torch.Tensor] = [None] * len(params)  # type: ignore[list-item]
+    for k in range(world):
+        for i, y in zip(computes[k], back[k]):
+            out[i] = y
+    return out
+
+
+def _spans(n: int, world: int) -> list[tuple[int, int]]:
+    """(start, length) of each rank's shard of a dimension of n, as torch.chunk (and FSDP2) splits it."""
+    step = -(-n // world)
+    return [(min(n, k * step), max(0, min(n, (k + 1) * step) - k * step)) for k in range(world)]
+
+
+def _exchange(
+    send: list[list[torch.Tensor]], shapes: list[list[torch.Size]], group, device
+) -> list[list[torch.Tensor]]:
+    """One all-to-all in bf16: ``send[k]`` goes to rank k; returns, for each rank k, the tensors
+    it sent this one, in the ``shapes[k]`` this rank expects."""
+    flat = [t.bfloat16().reshape(-1) for ts in send for t in ts]
+    outgoing = torch.cat(flat) if flat else torch.empty(0, dtype=torch.bfloat16, device=device)
+    incoming = torch.empty(sum(s.numel() for ss in shapes for s in ss), dtype=torch.bfloat16, device=device)
+    dist.all_to_all_single(
+        incoming,
+        outgoing,
+        [sum(s.numel() for s in ss) for ss in shapes],
+        [sum(t.numel() for t in ts) for ts in send],
+        group=group,
+    )
+    pieces = iter(incoming.split([s.numel() for ss in shapes for s in ss]))
+    return [[next(pieces).view(s) for s in ss] for ss in shapes]
 
 
 def orthogonalise(matrices: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -82,11 +82,16 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
 def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """A whole optimizer state keyed by parameter name; one saved by position (checkpoints before
     2026-12-01, DDP only) loads as it was saved."""
-    if all(isinstance(k, int) for k in state.get("state", {})):
+    if keyed_by_position(state):
         optimizer.load_state_dict(state)
     else:
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
     _as_built(optimizer)
+
+
+def keyed_by_position(state: dict) -> bool:
+    """An optimizer state saved by parameter position (DDP checkpoints before 2026-12-01)."""
+    return bool(state.get("state")) and all(isinstance(k, int) for k in state["state"])
 
 
 def _as_built(optimizer: torch.optim.Optimizer) -> None:

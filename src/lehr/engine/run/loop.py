@@ -85,6 +85,7 @@ class Run:
                 self.hw.precision,
                 cfg.activation_checkpointing,
                 cfg.optimizer,
+                cfg.muon_work,
             ),
             torch.cuda.get_device_properties(self.hw.device).total_memory
             if self.hw.device.type == "cuda"

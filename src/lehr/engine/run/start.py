@@ -166,6 +166,13 @@ def _restore(path: Path, state: dict, t: Trainee, cfg: TrainConfig, d: Dist, wit
             checkpoint.load_weights(path, t.model)
         if optimizer is not None:
             saved = checkpoint.load_optimizer(path, torch.device("cpu"))
+            if parallel.is_sharded(t.model) and parallel.keyed_by_position(saved["optimizer"]):
+                raise checkpoint.CheckpointError(
+                    f"refusing to load {path}'s optimizer state under parallel: fsdp: it is keyed by "
+                    "parameter position (saved before 2026-12-01), which cannot be matched to FSDP's "
+                    "shards. Resume it once under parallel: ddp (its next checkpoint is keyed by name), "
+                    "or branch with fresh optimizer state (anneal.init_optimizer: false)."
+                )
             parallel.load_full_optimizer_state(t.model, optimizer, saved["optimizer"])
             t.scaler.load_state_dict(saved["scaler"])
     rng = checkpoint.load_rng(path, d.rank)
