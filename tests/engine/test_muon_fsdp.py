@@ -10,6 +10,7 @@ process count) bit for bit."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,9 +24,14 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from lehr.engine import optim
+from lehr.engine.artifacts import checkpoint
 from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV, Rolling
+from lehr.engine.dist import parallel
 from lehr.engine.dist.launch import Launch, run
+from lehr.engine.model import Transformer
 from lehr.engine.run.step import FAULT_ENV
+from lehr.files.atomic import sha256_file
 from tests.engine import compare_runs, detached
 from tests.engine.compare_runs import weights
 
@@ -67,10 +73,10 @@ def test_fsdp_muon_trains_as_one_process_and_shares_the_work_exactly(tiny_config
 
 
 def test_a_kill_9_under_fsdp_muon_resumes_at_two_processes_and_at_one(tiny_config, tmp_path):
-    """A real SIGKILL of the whole process group mid-run (a checkpoint save slowed so that the
-    kill lands while training is under way); the run folder resumed at 2 processes gives the
+    """A real SIGKILL of the whole process group mid-run (an async checkpoint save slowed so that
+    the kill lands while training is under way); the run folder resumed at 2 processes gives the
     uninterrupted run bit for bit, and a copy of it resumed at 1 within Muon's tolerance."""
-    cfg = dict(FSDP, planned_steps=30)
+    cfg = dict(FSDP, planned_steps=30, async_save=True)
     run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), TWO)
     job, killed = tmp_path / "job.json", tiny_config(out_dir=str(tmp_path / "killed"), **cfg)
     proc = detached.start(killed, job, 2, {SLOW_WRITE_ENV: "2"})
@@ -184,3 +190,30 @@ def test_any_one_dimensional_shard_layout_is_gathered_and_any_other_refused(tmp_
         assert message and "blocks.0.mlp.up.weight" in message and "pretrain.optimizer: adamw" in message, (
             label
         )
+
+
+def test_an_optimizer_state_saved_by_position_is_refused_under_fsdp(tiny_config, tmp_path):
+    """Checkpoints before 2026-12-01 kept the optimizer state keyed by parameter position (DDP
+    only), which FSDP cannot match to its shards: refused, naming the way round, with the
+    checkpoint untouched; under DDP it resumes as it always did."""
+    cfg = tiny_config(end_step=4, **BASE)
+    run(cfg, Launch(nproc_per_node=1))
+    path, state = Rolling(tmp_path / "run" / "checkpoints", 2).latest_valid()
+    # Rewrite the checkpoint as the old code wrote it: the same state, keyed by position.
+    saved = checkpoint.load_optimizer(path, torch.device("cpu"))
+    model = Transformer(cfg.model)
+    opt = optim.build(model, cfg)
+    parallel.load_full_optimizer_state(model, opt, saved["optimizer"])
+    saved["optimizer"] = opt.state_dict()
+    assert parallel.keyed_by_position(saved["optimizer"])
+    torch.save(saved, path / "optimizer.pt")
+    state["files"]["optimizer.pt"] = sha256_file(path / "optimizer.pt")
+    raw = json.dumps(state).encode()
+    (path / checkpoint.STATE).write_bytes(raw)
+    (path / checkpoint.STATE_SHA).write_text(hashlib.sha256(raw).hexdigest())
+    before = {f.name: f.read_bytes() for f in path.iterdir()}
+    with pytest.raises(checkpoint.CheckpointError, match="keyed by parameter position.*parallel: ddp"):
+        run(tiny_config(**FSDP), Launch(nproc_per_node=1))
+    assert {f.name: f.read_bytes() for f in path.iterdir()} == before
+    summary = run(tiny_config(**BASE), Launch(nproc_per_node=1))
+    assert summary["mode"] == "resume" and summary["step"] == 20
