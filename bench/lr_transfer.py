@@ -9,7 +9,7 @@ moves the rate whose transfer across widths is in question, Muon's on the hidden
 Reads the project's shards (``make run`` builds them) and conf/base's recipe; writes its runs
 under a temporary folder.
 
-    python bench/lr_transfer.py [--depths 2,5] [--multipliers 0.25,0.5,1,2,4] [--tokens 512000]
+    python bench/lr_transfer.py [--depths 2,5] [--multipliers 0.5,1,2] [--tokens 262144]
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shards", default=str(ROOT / "data" / "04_feature" / "shards"))
     p.add_argument("--depths", default="2,5")
-    p.add_argument("--multipliers", default="0.25,0.5,1,2,4")
-    p.add_argument("--tokens", type=int, default=512000, help="each run's budget (whole steps)")
+    p.add_argument("--multipliers", default="0.5,1,2")
+    p.add_argument("--tokens", type=int, default=262144, help="each run's budget (whole steps)")
     p.add_argument("--optimizers", default="muon,adamw")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
