@@ -14,8 +14,8 @@ step bit for bit, and no host sync decides it.
 
 Newton-Schulz needs whole matrices, once per optimizer step. On one process it runs on each
 matrix; under DDP (``muon_work: shared``) each rank runs it on the matrices it owns and one
-all-gather hands the results round; under FSDP each rank's shards of a matrix go to the matrix's
-owner in one all-to-all and the shards of the result come back in another. Owners are balanced
+all-to-all hands every rank the results; under FSDP each rank's shards of a matrix go to the
+matrix's owner in one all-to-all and the shards of the result come back in another. Owners are balanced
 by cost (``owners``), and ``muon_work: redundant`` (every rank does every matrix) is kept to
 compare against.
 """
