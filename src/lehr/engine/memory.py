@@ -94,8 +94,9 @@ def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
 
 def muon_work(cfg: ModelConfig, setup: Setup) -> float:
     """Bytes Muon's step holds on one GPU beyond its state: the momentum-updated gradients (fp32)
-    of this rank's matrices, the matrices it orthogonalises in bf16 with Newton-Schulz's three
-    working copies, and what the exchange sends and receives in bf16 (``optim``): under FSDP this
+    of this rank's matrices, the matrices it orthogonalises in bf16 with Newton-Schulz's working
+    copies of them (four bf16 copies in all), and what the exchange sends and receives in bf16
+    (``optim``): under FSDP this
     rank's shards out and its owned matrices in; under DDP shared, every result gathered."""
     hidden = hidden_matrix_count(cfg)
     fsdp, world = setup.parallel == "fsdp", setup.world
