@@ -49,7 +49,7 @@ check-params: setup
 # The whole pipeline on the tiny profile, in a throwaway copy of this project ($(SMOKE)): this
 # project's tracked files, dvc.lock and workspace outputs stay as they are.
 smoke: setup
-	$(BIN)/python -m lehr sandbox $(SMOKE) --profile smoke
+	$(BIN)/python -m lehr sandbox $(SMOKE) --profile smoke $(if $(FORCE),--force,)
 	cd $(SMOKE) && $(abspath $(BIN))/dvc repro
 
 test: setup
@@ -62,9 +62,9 @@ bench: setup
 	$(BIN)/python bench/train_loop.py
 	$(BIN)/python bench/newton_schulz.py
 
-# MLflow's UI on this machine only; job execution off keeps it to two processes.
+# MLflow's UI on this machine only, until Ctrl-C or SIGTERM stops all of it (lehr/mlflow_ui.py).
 mlflow-ui: setup
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+	$(BIN)/python -m lehr mlflow-ui
 
 viz: setup
 	$(BIN)/kedro viz run --host 127.0.0.1

@@ -76,14 +76,14 @@ def test_operator_mistakes_are_refused_in_one_line_and_change_nothing(repo):
         (f"soup.branches={branch}+{branch},soup.name=../../victim", "parameter soup.name = '../../victim'"),
         (f"soup.branches={branch}+{branch},soup.name={branch}", f"soup.name = '{branch}' is a trained"),
     ):
-        out = sh(repo, "kedro", "run", "--pipeline", "soup", "--params", params, check=False)
+        out = sh(repo, "kedro", "run", "--pipelines", "soup", "--params", params, check=False)
         assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr[
             -3000:
         ]
-    out = sh(repo, "kedro", "run", "--pipeline", "anneal", "--env", "nope", check=False)
+    out = sh(repo, "kedro", "run", "--pipelines", "anneal", "--env", "nope", check=False)
     assert out.returncode == 2 and "no profile 'nope'" in out.stderr and "Traceback" not in out.stderr
     (repo / "conf/smoke/parameters_mine.yml").write_text("anneal: {shape: linear}\n")
-    out = sh(repo, "kedro", "run", "--pipeline", "anneal", check=False)
+    out = sh(repo, "kedro", "run", "--pipelines", "anneal", check=False)
     assert (
         out.returncode == 2 and "lehr: error: refusing to run: conf/smoke/parameters_mine.yml" in out.stderr
     )

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -179,18 +180,17 @@ def test_comparison_notebook_executes(repo, monkeypatch):
 def test_kedro_anneal_branch_lives_beside_others_and_leaves_pre_anneal_alone(repo):
     """...under any allowed name: one with a dot (v1.2) goes through anneal, evaluate and the CLI."""
     pre = dir_hash(repo / "data/06_models/pre_anneal")
-    before = {
-        p.name: dir_hash(p) for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")
-    }
-    sh(repo, "kedro", "run", "--pipeline", "anneal", "--params", "anneal.branch=v1.2,anneal.shape=cosine")
-    after = {
-        p.name: dir_hash(p) for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")
-    }
+    before = all_branches(repo)
+    sh(repo, "kedro", "run", "--pipelines", "anneal", "--params", "anneal.branch=v1.2,anneal.shape=cosine")
+    after = all_branches(repo)
     assert dir_hash(repo / "data/06_models/pre_anneal") == pre
     assert "v1.2" in after and all(after[name] == h for name, h in before.items())
+    # A branch trained by hand lives in its own home, with its record; DVC's home is as it was.
+    record = json.loads((repo / "data/06_models/branches/v1.2/branch.json").read_text())
+    assert record["made_by"] == "hand" and record["params"]["anneal"]["shape"] == "cosine"
     listing = sh(repo, "python", "-m", "lehr", "branches").stdout
     assert "v1.2" in listing
-    sh(repo, "kedro", "run", "--pipeline", "evaluate", "--params", "evaluate.branches=v1.2")
+    sh(repo, "kedro", "run", "--pipelines", "evaluate", "--params", "evaluate.branches=v1.2")
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     assert (
         metrics["branches"]["v1.2"]["heldout"]["bpb"] > 0
@@ -198,18 +198,22 @@ def test_kedro_anneal_branch_lives_beside_others_and_leaves_pre_anneal_alone(rep
     )
 
 
+def all_branches(repo: Path) -> dict[str, str]:
+    """Every branch of both homes (DVC's anneal stage's, and by hand), by name: its folder's hash."""
+    homes = [repo / "data/06_models/anneal", repo / "data/06_models/branches"]
+    return {p.name: dir_hash(p) for home in homes for p in home.iterdir() if not p.name.startswith(".")}
+
+
 def test_soup_of_two_branches_is_evaluated_like_any_other(repo):
     def branches():
-        return sorted(
-            p.name for p in (repo / "data/06_models/anneal").iterdir() if not p.name.startswith(".")
-        )
+        return sorted(all_branches(repo))
 
     if len(branches()) < 2:  # run alone, the module's earlier tests have not made a second branch
         sh(
             repo,
             "kedro",
             "run",
-            "--pipeline",
+            "--pipelines",
             "anneal",
             "--env",
             "smoke",
@@ -221,7 +225,7 @@ def test_soup_of_two_branches_is_evaluated_like_any_other(repo):
         repo,
         "kedro",
         "run",
-        "--pipeline",
+        "--pipelines",
         "soup",
         "--env",
         "smoke",
@@ -229,7 +233,7 @@ def test_soup_of_two_branches_is_evaluated_like_any_other(repo):
         f"soup.branches={names[0]}+{names[1]}",
     )
     soup = f"soup-{names[0]}-{names[1]}"
-    sh(repo, "kedro", "run", "--pipeline", "evaluate", "--env", "smoke")  # every model, by default
+    sh(repo, "kedro", "run", "--pipelines", "evaluate", "--env", "smoke")  # every model, by default
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     assert set(metrics["branches"]) == set(branches())
     soup_metrics = metrics["branches"][soup]
@@ -242,7 +246,7 @@ def test_unknown_branch_asked_of_evaluate_is_refused(repo):
         repo,
         "kedro",
         "run",
-        "--pipeline",
+        "--pipelines",
         "evaluate",
         "--env",
         "smoke",
@@ -319,7 +323,9 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
         f"pretrain.run_name=two-nodes,pretrain.micro_batch=2,pretrain.launch.nnodes=2,"
         f"pretrain.launch.rdzv_endpoint=127.0.0.1:{port},pretrain.launch.node_rank="
     )
-    refused = sh(repo, "kedro", "run", "--pipeline", "pretrain_stable", "--params", params + "1", check=False)
+    refused = sh(
+        repo, "kedro", "run", "--pipelines", "pretrain_stable", "--params", params + "1", check=False
+    )
     assert refused.returncode != 0 and "python -m lehr join pretrain_stable" not in refused.stderr
     assert "python -m lehr join <stage>" in refused.stderr
     logs = [repo.parent / f"node{i}.log" for i in (0, 1)]
@@ -328,7 +334,7 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
         for log, cmd in zip(
             logs,
             (
-                ["kedro", "run", "--pipeline", "pretrain_stable", "--params", params + "0"],
+                ["kedro", "run", "--pipelines", "pretrain_stable", "--params", params + "0"],
                 [sys.executable, "-m", "lehr", "join", "pretrain_stable", "--params", params + "1"],
             ),
         )
@@ -361,7 +367,7 @@ def test_an_override_in_the_profile_is_a_change_dvc_sees_and_a_stray_one_is_refu
     assert set(changed) == {"anneal", "evaluate"}, changed  # the stages that read anneal's params, no others
     override.write_text(shipped)
     (repo / "conf/smoke/parameters_mine.yml").write_text("anneal: {shape: linear}\n")
-    out = sh(repo, "kedro", "run", "--pipeline", "anneal", check=False)
+    out = sh(repo, "kedro", "run", "--pipelines", "anneal", check=False)
     assert out.returncode != 0
     assert "conf/smoke/parameters_mine.yml sets anneal, which no stage in dvc.yaml tracks" in out.stderr
     assert "parameters_mine.yml" in sh(repo, "python", "-m", "lehr", "check", check=False).stderr
@@ -379,7 +385,7 @@ def test_a_task_file_of_your_own_reruns_evaluate_and_is_scored_on_every_model(re
     metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
     for model in ("pre_anneal", "anneal"):
         assert metrics[model]["tasks"]["everyday"]["examples"] == 6
-    bad = sh(repo, "kedro", "run", "--pipeline", "evaluate", "--params", "evaluate.tasks=nope", check=False)
+    bad = sh(repo, "kedro", "run", "--pipelines", "evaluate", "--params", "evaluate.tasks=nope", check=False)
     assert (
         bad.returncode != 0
         and "unknown task(s) nope in evaluate.tasks; the tasks are: everyday" in bad.stderr
@@ -393,17 +399,17 @@ def test_a_branch_from_a_branch_point_is_trained_shown_and_compared(repo):
     points = json.loads((repo / "data/06_models/branch_points/index.json").read_text())
     assert points == {"tokens-10240": {"step": 20, "tokens": 10240}}
     params = "anneal.branch=early,anneal.origin=tokens-10240,anneal.decay_ratio=0.5"
-    sh(repo, "kedro", "run", "--pipeline", "anneal", "--params", params)
-    state = json.loads((repo / "data/06_models/anneal/early/final/state.json").read_text())
+    sh(repo, "kedro", "run", "--pipelines", "anneal", "--params", params)
+    state = json.loads((repo / "data/06_models/branches/early/final/state.json").read_text())
     assert state["progress"]["step"] == 30  # 20 + 0.5 x 20
     listing = sh(repo, "python", "-m", "lehr", "branches").stdout.splitlines()
-    assert any(line.split()[:2] == ["early", "tokens-10240"] for line in listing)
+    assert any(line.split()[:3] == ["early", "hand", "tokens-10240"] for line in listing)
 
     sh(
         repo,
         "kedro",
         "run",
-        "--pipeline",
+        "--pipelines",
         "evaluate",
         "--params",
         "evaluate.branches=early,evaluate.baseline=early",
@@ -417,12 +423,12 @@ def test_a_branch_from_a_branch_point_is_trained_shown_and_compared(repo):
     d = vs[current]["heldout"]["bpb"]
     assert d["lo"] <= d["diff"] <= d["hi"] and d["n"] == 16  # 8 windows of each of 2 sources
 
-    early, ours = "data/06_models/anneal/early/final", f"data/06_models/anneal/{current}/final"
+    early, ours = "data/06_models/branches/early/final", f"data/06_models/anneal/{current}/final"
     out = sh(repo, "python", "-m", "lehr", "compare", early, ours, "--windows", "8").stdout
     assert f"{ours} - {early}" in out and "heldout.bpb" in out and "tasks.heldout_next_sentence.acc" in out
 
     bad = sh(
-        repo, "kedro", "run", "--pipeline", "anneal", "--params", "anneal.origin=tokens-999", check=False
+        repo, "kedro", "run", "--pipelines", "anneal", "--params", "anneal.origin=tokens-999", check=False
     )
     assert bad.returncode == 2
     assert "names no branch point of the stable run; its branch points are: tokens-10240" in bad.stderr

@@ -98,7 +98,7 @@ def test_a_branch_from_another_profiles_pre_anneal_names_the_profile_to_use(tmp_
         json.dumps({"progress": {"step": 640}, "provenance": {"profile": "smoke"}, "config": made.to_dict()})
     )
     with pytest.raises(
-        ValueError, match="made under the smoke profile.*`kedro run --pipeline anneal --env smoke`"
+        ValueError, match="made under the smoke profile.*`kedro run --pipelines anneal --env smoke`"
     ):
         anneal_config(p, a, MANIFEST, pre_anneal, tmp_path, {"profile": "local"})
     anneal_config(

@@ -37,9 +37,10 @@ def layout(tmp_path: Path, monkeypatch) -> dict[str, Path]:
                 ("stable_run", "stable_run"),
                 ("pre_anneal", "pre_anneal"),
                 ("anneal_runs", "anneal_runs"),
-                ("anneal_branches", "anneal"),
             ]
         )
+        + "anneal_branches:\n  type: lehr.datasets.AnnealBranchesDataset\n  path: 06_models/anneal\n"
+        "  by_hand: 06_models/branches\n"
     )
     monkeypatch.chdir(tmp_path)
     runs = {

@@ -217,5 +217,5 @@ def test_tokenize_params_are_validated(change, message):
 def test_shard_params_are_validated():
     with pytest.raises(ValueError, match="shard.shard_tokens = 0 must be positive"):
         ShardParams(shard_tokens=0)
-    with pytest.raises(TypeError, match="shard_size"):
+    with pytest.raises(ValueError, match="unknown parameter shard.shard_size"):
         ShardParams(shard_size=10)

@@ -11,7 +11,10 @@ python -m lehr ladder predict --params N --tokens D   the ladder's predicted los
 python -m lehr lm-eval CHECKPOINT --tasks T,U  lm-evaluation-harness tasks (the lm-eval extra)
 python -m lehr runs                     the rolling run folders: step, state, use, size
 python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in the workspace came from
-python -m lehr check [--env PROFILE]    validate every stage's params (before `dvc exp run -S ...`)
+python -m lehr check [--env PROFILE]    validate every stage's params against the data there is
+python -m lehr exp -n NAME -S F:K=V     `dvc exp run` with its -S values checked first, from the same baseline
+python -m lehr experiments              every experiment: changed params, figures, paired 95% difference
+python -m lehr mlflow-ui [--port N]    MLflow's UI on this machine, stopped whole by Ctrl-C or SIGTERM
 python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
 python -m lehr join STAGE --params ...  node i > 0 of a run across machines: train its share
 """
@@ -56,32 +59,39 @@ def _last_eval(state: dict) -> dict:
 
 
 def _branches(args: argparse.Namespace) -> int:
-    from lehr.datasets.branches_dataset import scan
+    from lehr.datasets.branches_dataset import made_by, scan, scan_homes
+    from lehr.project import branch_homes
 
-    root = Path(args.root) if args.root else _catalog(args)["anneal_branches"]
-    branches, left_out = scan(root)  # the listing evaluate and soup read
+    if args.root:
+        homes, (branches, left_out) = (Path(args.root),), scan(Path(args.root))
+    else:
+        homes = branch_homes(Path.cwd(), args.env)
+        branches, left_out = scan_homes(*homes)  # the listing evaluate and soup read
     for line in left_out:
         print(f"left out: {line}", file=sys.stderr)
-    rows = list(branches.values())
-    if not rows:
+    if not branches:
         print(
-            f"no anneal branches in {root}; make one with `kedro run --pipeline anneal --params "
-            "anneal.branch=NAME`"
+            f"no anneal branches in {' or '.join(map(str, homes))}; make one with `kedro run --pipelines "
+            "anneal --params anneal.branch=NAME`"
         )
         return 0
     from lehr.tracking.provenance import origin_name
 
     print(
-        f"{'branch':28s} {'origin':>16s} {'step':>6s} {'tokens':>11s} {'heldout.bpb':>12s} {'best loss':>10s}"
+        f"{'branch':28s} {'made by':>9s} {'origin':>16s} {'step':>6s} {'tokens':>11s} {'heldout.bpb':>12s} "
+        f"{'best loss':>10s}"
     )
-    for p in rows:
+    for p in branches.values():
         state = _state(p / "final")
         ev, prog = _last_eval(state), state["progress"]
         print(
-            f"{p.name:28s} {origin_name(p / 'final') or '?':>16s} {prog['step']:6d} {prog['tokens']:11,d} "
-            f"{ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
+            f"{p.name:28s} {made_by(p):>9s} {origin_name(p / 'final') or '?':>16s} {prog['step']:6d} "
+            f"{prog['tokens']:11,d} {ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
             f"{prog.get('best_loss') or float('nan'):10.4f}"
         )
+    from lehr.project import portable
+
+    print(f"folders: {', '.join(map(portable, homes))} (docs/tracking.md: which command writes where)")
     return 0
 
 
@@ -224,7 +234,7 @@ def _compare(args: argparse.Namespace) -> int:
     tokenizer = Tokenizer.from_file(str(shards / "tokenizer.json"))
     tasks = [read_task(Path(t)) for t in args.task or sorted(_catalog(args)["heldout_tasks"].glob("*.jsonl"))]
     base, other = (comparison.score(m, held, tasks, tokenizer, hw, args.batch_size) for m in models)
-    print(comparison.table(comparison.difference(base, other, held), args.a, args.b))
+    print(comparison.table(comparison.difference(base, other), args.a, args.b))
     return 0
 
 
@@ -251,31 +261,48 @@ def _check(args: argparse.Namespace) -> int:
     """Validate every stage's params under a profile, as the stages would, without running one.
 
     `dvc exp run -S key=bad` removes a stage's outputs before its command can refuse the value;
-    checking first (`make check-params`) keeps them."""
-    from kedro.config import OmegaConfigLoader
-
+    checking first (`make check-params`, `lehr exp`) keeps them."""
     from lehr import conf_visibility
-    from lehr.params_check import check_all
+    from lehr.experiments import problems_of
     from lehr.project import profile_in_force
 
     env = args.env or profile_in_force(Path.cwd())
-    loader = OmegaConfigLoader(
-        conf_source="conf", base_env="base", default_run_env=env, merge_strategy={"parameters": "soft"}
-    )
-    problems = check_all(loader["parameters"]) + conf_visibility.untracked(Path.cwd(), env)
     for note in conf_visibility.unread_overrides(Path.cwd(), env):
         print(f"note: {note}")
+    from lehr.errors import located
+
+    problems = problems_of(Path.cwd(), env)
     for p in problems:
-        print(f"lehr: {p}", file=sys.stderr)
+        print(f"lehr: {located(p, None, Path('conf'), env)}", file=sys.stderr)
     if not problems:
-        print(f"parameters of profile {env}: every stage's params are valid")
+        print(f"parameters of profile {env}: every stage's params are valid, against the data there is")
     return 2 if problems else 0
+
+
+def _exp(args: argparse.Namespace) -> int:
+    from lehr.experiments import run
+    from lehr.project import profile_in_force
+
+    return run(Path.cwd(), profile_in_force(Path.cwd()), args.dvc_args)
+
+
+def _experiments(args: argparse.Namespace) -> int:
+    from lehr.experiments import table
+
+    print(table(Path.cwd(), args.baseline))
+    return 0
+
+
+def _mlflow_ui(args: argparse.Namespace) -> int:
+    from lehr.mlflow_ui import serve
+
+    return serve(args.store, args.host, args.port)
 
 
 def _sandbox(args: argparse.Namespace) -> int:
     from lehr.sandbox import create
 
-    dest = create(Path.cwd(), Path(args.dest), args.profile)
+    dest = create(Path.cwd(), Path(args.dest), args.profile, force=args.force)
     print(f"sandbox on the {args.profile} profile in {dest}: `cd {dest} && dvc repro` runs it")
     return 0
 
@@ -298,9 +325,11 @@ def _catalog(args: argparse.Namespace) -> dict[str, Path]:
 
 def _layout(args: argparse.Namespace):
     from lehr.files.run_folders import Layout
+    from lehr.project import branch_homes
 
     paths = _catalog(args)
-    return Layout(paths["stable_run"], paths["pre_anneal"], paths["anneal_runs"], paths["anneal_branches"])
+    homes = branch_homes(Path.cwd(), getattr(args, "env", None))
+    return Layout(paths["stable_run"], paths["pre_anneal"], paths["anneal_runs"], homes)
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -369,7 +398,7 @@ def _env_arg(p: argparse.ArgumentParser, default: str = "the one in force") -> N
 
 
 def _batch_size_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="examples scored at once")
 
 
 # -- one builder per command --------------------------------------------------------------------
@@ -380,7 +409,9 @@ def _corpus_args(p: argparse.ArgumentParser) -> None:
 
 
 def _branches_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", help="default: the catalog's anneal_branches")
+    p.add_argument(
+        "--root", help="one folder of branches; default: both homes in the catalog's anneal_branches"
+    )
     _env_arg(p)
 
 
@@ -413,7 +444,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 def _compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="the baseline checkpoint")
     p.add_argument("b", help="the checkpoint compared with it")
-    p.add_argument("--windows", type=int, default=64, help="held-out windows per source (default: 64)")
+    p.add_argument("--windows", type=int, default=64, help="held-out windows per source")
     p.add_argument(
         "--task", action="append", help="a task file (repeat for more); default: the built-in held-out tasks"
     )
@@ -427,7 +458,7 @@ def _ladder_args(p: argparse.ArgumentParser) -> None:
         "--params", type=float, required=True, help="parameters, counted as n_params in stage metrics"
     )
     p.add_argument("--tokens", type=float, required=True, help="training tokens, the decay included")
-    p.add_argument("--fit", default="data/08_reporting/ladder.json", help="default: the committed fit")
+    p.add_argument("--fit", default="data/08_reporting/ladder.json", help="the ladder's fit (make ladder)")
 
 
 def _lm_eval_args(p: argparse.ArgumentParser) -> None:
@@ -444,17 +475,43 @@ def _lm_eval_args(p: argparse.ArgumentParser) -> None:
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
     _checkpoint_arg(p)
-    p.add_argument("--prompt", default="The")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt", default="The", help="the text the sample continues")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens to sample")
+    p.add_argument("--temperature", type=float, default=0.8, help="below 1 sharper, above 1 more varied")
+    p.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest tokens only")
+    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (the same seed, the same text)")
     _tokenizer_arg(p)
 
 
+def _exp_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "dvc_args",
+        nargs=argparse.REMAINDER,
+        help="`dvc exp run`'s own arguments, e.g. -n linear "
+        "-S conf/base/parameters_anneal.yml:anneal.shape=linear",
+    )
+
+
+def _mlflow_ui_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store", default="sqlite:///mlflow.db", help="the tracking store (conf/base/mlflow.yml's)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="127.0.0.1: this machine only")
+    p.add_argument("--port", type=int, default=5000)
+
+
+def _experiments_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", default="HEAD", help="the commit the experiments branched from")
+
+
 def _sandbox_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dest")
-    p.add_argument("--profile", default="smoke")
+    p.add_argument("dest", help="a folder that does not exist yet, or an earlier sandbox (replaced)")
+    p.add_argument("--profile", default="smoke", help="the profile it runs: a folder of conf/")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier sandbox even if it holds commits or experiments",
+    )
 
 
 def _prune_args(p: argparse.ArgumentParser) -> None:
@@ -493,6 +550,21 @@ COMMANDS = {
         _compare_args,
         _compare,
     ),
+    "exp": (
+        "`dvc exp run` with every -S value checked first, each experiment relative to the same baseline",
+        _exp_args,
+        _exp,
+    ),
+    "experiments": (
+        "every experiment of the baseline commit: changed params, figures, difference with its 95% interval",
+        _experiments_args,
+        _experiments,
+    ),
+    "mlflow-ui": (
+        "MLflow's UI on the project's store until Ctrl-C, all of it stopped then",
+        _mlflow_ui_args,
+        _mlflow_ui,
+    ),
     "sandbox": (
         "a throwaway copy of this project on a profile, as its own git + DVC repo",
         _sandbox_args,
@@ -508,22 +580,53 @@ COMMANDS = {
 }
 
 
+class Help(argparse.ArgumentDefaultsHelpFormatter):
+    """An option's default where it has one to show and its help does not say it already;
+    argparse %-formats every help, so a % in one (95% intervals) is a percent sign."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").replace("%", "%%")
+        default = action.default
+        if default is None or default is False or default == "" or default is argparse.SUPPRESS:
+            return text
+        if "default" in text or not (action.option_strings or action.nargs in ("?", "*")):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lehr")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from lehr.errors import VALIDATOR, Stopped, quiet_errors, stop_on_signals
+
+    parser = argparse.ArgumentParser(
+        prog="lehr",
+        description="Small commands around the pipeline; Kedro runs its stages: kedro run --pipelines STAGE",
+        formatter_class=Help,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (summary, add_arguments, run) in COMMANDS.items():
-        p = sub.add_parser(name, help=summary)
+        p = sub.add_parser(name, help=summary, description=summary, formatter_class=Help)
         add_arguments(p)
         p.set_defaults(func=run)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["exp"] and argv[1:2] not in (["-h"], ["--help"]):
+        # `lehr exp` hands its arguments to `dvc exp run` as they are (argparse would take -n, -S as its own).
+        args = argparse.Namespace(func=_exp, dvc_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with stop_on_signals(), quiet_errors(VALIDATOR):
+            return args.func(args)
     except Exception as e:
         message = explained(e)
         if message is None:
             raise
-        print(f"lehr: error: {message}", file=sys.stderr)
+        for line in message.splitlines():  # one per parameter when several fail
+            print(f"lehr: error: {line}", file=sys.stderr)
         return EXIT
+    except (Stopped, KeyboardInterrupt) as e:
+        stop = Stopped.of(e)
+        print(f"lehr: {stop}", file=sys.stderr)
+        return stop.exit_status
 
 
 if __name__ == "__main__":

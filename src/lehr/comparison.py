@@ -9,6 +9,8 @@ Kedro-free: ``python -m lehr compare`` and the evaluate stage (``evaluate.baseli
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 
@@ -44,10 +46,37 @@ def paired(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None, seed
 
 @dataclass(frozen=True)
 class Scored:
-    """What a comparison needs of one model: each window's nats per source, each task's outcomes."""
+    """What a comparison needs of one model: each window's nats per source, each task's outcomes,
+    and which items they are (``items``: a digest of the windows and task examples; two records
+    pair only if it is the same) with the bytes each window of a source stands for."""
 
     nats: dict[str, np.ndarray]
     tasks: dict[str, dict[str, list[float]]]
+    window_bytes: dict[str, float]
+    items: str
+
+    def record(self) -> dict:
+        """As JSON (evaluate keeps the current branch's in ``data/08_reporting/scored_items.json``)."""
+        return {
+            "items": self.items,
+            "window_bytes": self.window_bytes,
+            "nats": {k: [round(float(x), 6) for x in v] for k, v in self.nats.items()},
+            "tasks": self.tasks,
+        }
+
+    @classmethod
+    def from_record(cls, r: dict) -> Scored:
+        return cls(
+            {k: np.asarray(v) for k, v in r["nats"].items()}, r["tasks"], r["window_bytes"], r["items"]
+        )
+
+
+def items_digest(held: HeldOut, tasks: list[Task]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(held.windows):
+        h.update(name.encode() + np.ascontiguousarray(held.windows[name]).tobytes())
+    h.update(json.dumps([(t.name, repr(t.examples)) for t in tasks]).encode())
+    return h.hexdigest()
 
 
 def score(
@@ -55,21 +84,26 @@ def score(
 ) -> Scored:
     scorer = Scorer(model, tokenizer, hw.device, batch_size=micro_batch)
     return Scored(
-        window_nats(model, held, hw, micro_batch), {t.name: task_outcomes(scorer, t)[0] for t in tasks}
+        window_nats(model, held, hw, micro_batch),
+        {t.name: task_outcomes(scorer, t)[0] for t in tasks},
+        {n: float(w[:, 1:].shape[1] * held.bytes_per_token[n]) for n, w in held.windows.items()},
+        items_digest(held, tasks),
     )
 
 
-def difference(base: Scored, other: Scored, held: HeldOut) -> dict:
+def difference(base: Scored, other: Scored) -> dict:
     """``other - base``: bits per byte per source and over all (lower is better), and each
     task's accuracy (higher is better), each with its interval."""
+    if base.items != other.items:
+        raise ValueError(
+            "the two were scored on different held-out windows or task examples (other shards, context "
+            "length or eval_windows): a paired comparison of them means nothing"
+        )
     out: dict = {}
     for name, a in base.nats.items():
-        window_bytes = np.full(len(a), held.windows[name][:, 1:].shape[1] * held.bytes_per_token[name])
+        window_bytes = np.full(len(a), base.window_bytes[name])
         out[name] = {"bpb": paired(a / LN2, other.nats[name] / LN2, window_bytes)}
-    every = [
-        (base.nats[n] / LN2, other.nats[n] / LN2, held.windows[n][:, 1:].shape[1] * held.bytes_per_token[n])
-        for n in base.nats
-    ]
+    every = [(base.nats[n] / LN2, other.nats[n] / LN2, base.window_bytes[n]) for n in base.nats]
     out["heldout"] = {
         "bpb": paired(
             np.concatenate([a for a, _, _ in every]),

@@ -92,16 +92,19 @@ PROFILE_ENV = "LEHR_PROFILE"  # the Kedro env of this run, for the provenance th
 
 class ConfigInForce:
     """Kedro hook: names the profile a run is under (``LEHR_PROFILE``, recorded in provenance), and
-    stops a pipeline run, before any node, when it would read params DVC does not track."""
+    stops a pipeline run, before any node, when it would read params DVC does not track or when a
+    data mix names a tier the data does not have (a training stage would refuse it only after
+    tokenize and shard had run)."""
 
     def __init__(self):
-        self._project, self._env = Path.cwd(), "local"
+        self._project, self._env, self._context = Path.cwd(), "local", None
 
     @hook_impl
     def after_context_created(self, context) -> None:
         self._project = Path(context.project_path)
         # Without --env, Kedro leaves context.env None and runs its default env: the profile in force.
         self._env = context.env or profile_in_force(self._project)
+        self._context = context
         os.environ[PROFILE_ENV] = self._env
 
     @hook_impl
@@ -111,3 +114,11 @@ class ConfigInForce:
         problems = untracked(self._project, self._env)
         if problems:
             raise ValueError("refusing to run: " + "; ".join(problems))
+        if self._context is not None:
+            from lehr.project import catalog_paths
+            from lehr.stage_checks import mix_problems
+
+            paths = catalog_paths(self._project, self._env)
+            problems = mix_problems(self._context.params, paths["corpus"], paths["shards"])
+            if problems:
+                raise ValueError("; ".join(problems))

@@ -9,9 +9,10 @@ without depending on the training engine.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, Literal, Union
 
 SEED_LIMIT = 2**32  # numpy's generators take seeds below this
@@ -28,8 +29,15 @@ class ConfigError(ValueError):
 
     def describe(self, prefix: str = "") -> str:
         if self.known is not None:
-            parent = self.key.rsplit(".", 1)[0] if "." in self.key else "this config"
-            return f"unknown {prefix}{self.key}; the keys of {parent} are: {', '.join(self.known)}"
+            parent, _, name = self.key.rpartition(".")
+            close = difflib.get_close_matches(name, self.known, n=1, cutoff=0.75)  # typos, not guesses
+            guess = f" (did you mean {close[0]}?)" if close else ""
+            return (
+                f"unknown {prefix}{self.key}{guess}; the keys of {parent or 'this config'} are: "
+                f"{', '.join(self.known)}"
+            )
+        if self.value is MISSING:
+            return f"{prefix}{self.key} {self.problem}"
         return f"{prefix}{self.key} = {self.value!r} {self.problem}"
 
     def within(self, section: str) -> ConfigError:
@@ -98,12 +106,35 @@ def _expected(hint: Any) -> str:
     return f"has the wrong type: expected {name or hint}".replace("typing.", "")
 
 
-def build(cls: type, mapping: dict) -> Any:
-    """``cls(**mapping)``, refusing unknown keys by name (a typo must not fall back to a default)."""
-    known = sorted(f.name for f in dataclasses.fields(cls))
-    unknown = sorted(set(mapping) - set(known) - set(getattr(cls, "RENAMED", {})))
+def refuse_keys(cls: type, given: dict) -> None:
+    """A renamed key, naming its new name, then an unknown one, naming the known ones (a typo must
+    not fall back to a default), then a missing one: before the dataclass's ``__init__``, whose
+    refusal would only say "unexpected keyword argument"."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    renamed = renames(cls)
+    for old in sorted(given.keys() & renamed.keys()):
+        raise ConfigError(old, given[old], f"was renamed: write {renamed[old]} instead (the same setting)")
+    known = sorted(f.name for f in fields)
+    unknown = sorted(given.keys() - set(known))
     if unknown:
         raise ConfigError(unknown[0], known=known)
+    for f in fields:
+        if f.name not in given and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(f.name, MISSING, "is missing: give it a value (it has no default)")
+
+
+def renames(cls: type) -> dict[str, str]:
+    """The ``RENAMED`` of every class along ``cls``'s inheritance chain (a part's renamed key is
+    refused in every config composed of it), less any name a field has taken again."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    merged = {k: v for c in reversed(cls.__mro__) for k, v in vars(c).get("RENAMED", {}).items()}
+    return {old: new for old, new in merged.items() if old not in names}
+
+
+def build(cls: type, mapping: dict) -> Any:
+    """``cls(**mapping)``, refusing unknown, renamed and missing keys by name (a ``Part`` does that
+    itself, whichever way it is constructed; any other dataclass here)."""
+    refuse_keys(cls, mapping)
     return cls(**mapping)
 
 
@@ -124,11 +155,10 @@ class Part:
     RENAMED: ClassVar[dict[str, str]] = {}  # an old key -> its new name; the old one is refused
 
     def __new__(cls, *args, **kwargs):
-        # Before the dataclass's __init__, whose refusal would only say "unexpected keyword".
-        for old in sorted(kwargs.keys() & cls.RENAMED.keys()):
-            raise ConfigError(
-                old, kwargs[old], f"was renamed: write {cls.RENAMED[old]} instead (the same setting)"
-            )
+        # Kedro builds a stage's params as cls(**mapping): the keys are refused here, by name. Without
+        # keywords (copy and pickle make the object first, then its fields) there is nothing to check.
+        if kwargs and not args:
+            refuse_keys(cls, kwargs)
         return super().__new__(cls)
 
     def __post_init__(self) -> None:

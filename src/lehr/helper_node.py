@@ -1,6 +1,6 @@
 """A helper node of a run across machines: it trains its share of a stage's run and writes nothing.
 
-Node 0 runs the stage through Kedro (``kedro run --pipeline pretrain_stable --params ...``); the
+Node 0 runs the stage through Kedro (``kedro run --pipelines pretrain_stable --params ...``); the
 static rendezvous gives its processes the first ranks, so it holds the run folder and writes the
 checkpoints, the stage's outputs and its metrics. Every other node runs ``python -m lehr join
 pretrain_stable`` with the same ``--env`` and ``--params`` (its own ``node_rank``): the same conf

@@ -44,7 +44,7 @@ class ShapeRule(Part):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LadderParams(Section):
     sizes: list[int]  # each rung's depth; DVC makes one stage per size
-    rung: int  # the size `kedro run --pipeline ladder_rung` trains (its DVC stage sets it); 0 = none
+    rung: int  # the size `kedro run --pipelines ladder_rung` trains (its DVC stage sets it); 0 = none
     shape: ShapeRule
     budgets: list[int]  # token counts of every rung's branch points, each cooled down from
     decay_ratio: float  # each cooldown's length, of the steps before its branch point

@@ -25,16 +25,27 @@ def profile_in_force(project: Path) -> str:
     return yaml.safe_load(path.read_text())["profile"] if path.is_file() else "local"
 
 
-def catalog_paths(project: Path, env: str | None = None) -> dict[str, Path]:
-    """Dataset name -> its path (``path`` or ``filepath``), under ``env`` (default: the profile in force)."""
+def catalog(project: Path, env: str | None = None) -> dict:
+    """The resolved catalog under ``env`` (default: the profile in force)."""
     from kedro.config import OmegaConfigLoader
 
     loader = OmegaConfigLoader(
         conf_source=str(project / "conf"), base_env="base", default_run_env=env or profile_in_force(project)
     )
+    return loader["catalog"]
+
+
+def catalog_paths(project: Path, env: str | None = None) -> dict[str, Path]:
+    """Dataset name -> its path (``path`` or ``filepath``), under ``env`` (default: the profile in force)."""
     out = {}
-    for name, spec in loader["catalog"].items():
+    for name, spec in catalog(project, env).items():
         where = spec.get("path") or spec.get("filepath") if isinstance(spec, dict) else None
         if where:
             out[name] = project / where
     return out
+
+
+def branch_homes(project: Path, env: str | None = None) -> tuple[Path, Path]:
+    """The two homes of the anneal branches: the DVC anneal stage's, and the one of those made by hand."""
+    spec = catalog(project, env)["anneal_branches"]
+    return project / spec["path"], project / spec["by_hand"]

@@ -4,6 +4,7 @@ evaluate stage's figures."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -37,9 +38,29 @@ def read_curve(run_dir: Path) -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])
 
 
+# A branch named by lehr (lehr.run_names.branch_name): [origin-]kind-length-digest.
+DERIVED = re.compile(
+    r"^(?:(?P<origin>tokens-\d+)-)?(?P<kind>linear|cosine|1-sqrt)-(?P<length>r[\d.]+|\d+)-[0-9a-f]{6}$"
+)
+
+
+def model_label(name: str, current: str | None = None) -> str:
+    """A model as a person reads it: a branch lehr named by a digest of its params
+    (``1-sqrt-280-3f2a1c``) by what it is (``1-sqrt decay, 280 steps``); a chosen name as it is."""
+    m = DERIVED.match(name)
+    if m:
+        length = m["length"]
+        ratio = length.startswith("r")
+        length = f"{float(length[1:]):.0%} of the steps before" if ratio else f"{length} steps"
+        name = f"{m['kind']} decay, {length}" + (f" from {m['origin']}" if m["origin"] else "")
+    return f"{name} (current)" if current and name == model_label(current) else name
+
+
 def plot_tasks(metrics: dict) -> plt.Figure:
-    """Task accuracy per model (pre_anneal and each branch scored), with standard errors and chance."""
+    """Task accuracy per model (pre_anneal and each branch scored) on every example of each task,
+    with standard errors, chance marked, and results below chance called so."""
     models = {"pre_anneal": metrics["pre_anneal"], **metrics.get("branches", {})}
+    current = metrics.get("anneal", {}).get("branch")
     tasks = sorted(metrics["pre_anneal"].get("tasks", {}))
     fig, ax = plt.subplots(figsize=(9, 1.5 + 0.5 * max(1, len(tasks)) * len(models) / 2))
     if not tasks:
@@ -47,25 +68,37 @@ def plot_tasks(metrics: dict) -> plt.Figure:
         ax.axis("off")
         return fig
     height = 0.8 / len(models)
+    below = 0
     for m, (name, result) in enumerate(models.items()):
         accs = [result["tasks"][t]["acc"] for t in tasks]
         errs = [result["tasks"][t]["acc_stderr"] for t in tasks]
-        ax.barh([i + m * height for i in range(len(tasks))], accs, height, xerr=errs, label=name)
+        ys = [i + m * height for i in range(len(tasks))]
+        ax.barh(ys, accs, height, xerr=errs, label=model_label(name, current))
+        for y, acc, t in zip(ys, accs, tasks):
+            if acc < result["tasks"][t]["chance"]:
+                below += 1
+                ax.text(acc + 0.01, y, "below chance", va="center", fontsize="x-small")
     for i, t in enumerate(tasks):
         chance = metrics["pre_anneal"]["tasks"][t]["chance"]
         ax.plot([chance, chance], [i - height / 2, i + 0.8 - height / 2], "k:", linewidth=1)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(tasks))], tasks)
-    ax.set_xlabel("accuracy (bars: standard error; dotted: chance)")
+    examples = ", ".join(f"{t} {metrics['pre_anneal']['tasks'][t].get('examples', '?')}" for t in tasks)
+    ax.set_xlabel(
+        "accuracy on every example (bars: standard error; dotted: chance)"
+        + (f"; {below} result(s) below chance" if below else "")
+    )
     ax.set_xlim(0, 1)
     ax.legend(fontsize="small")
-    ax.set_title("lehr: task accuracy per model")
+    ax.set_title(f"lehr: task accuracy per model, evaluate stage (examples: {examples})", fontsize="medium")
     fig.tight_layout()
     return fig
 
 
-def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple[pd.DataFrame, plt.Figure]:
-    """Train loss, held-out loss, task accuracy (when the runs scored tasks) and LR across stable +
-    anneal, as a table (DVC plots) and a PNG."""
+def plot_curves(
+    stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame, task_examples: int | None = None
+) -> tuple[pd.DataFrame, plt.Figure]:
+    """Train loss, held-out loss, task accuracy (when the runs scored tasks: on a sample of each,
+    its first ``task_examples``) and LR across stable + anneal, as a table (DVC plots) and a PNG."""
     curves = pd.concat(
         [stable_curve.assign(phase="stable"), anneal_curve.assign(phase="anneal")], ignore_index=True
     )
@@ -101,7 +134,13 @@ def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple
             axes[1].plot(
                 ev.step, ev[col], "o-", markersize=3, label=col.removeprefix("tasks.").removesuffix(".acc")
             )
-        axes[1].set_ylabel("task accuracy")
+        sample = f"first {task_examples} examples" if task_examples else "a sample"
+        axes[1].set_ylabel(f"task accuracy\n({sample})")
+        axes[1].set_title(
+            f"task accuracy during training, on {sample} of each task (pretrain.task_examples); "
+            "task_accuracy.png scores every example",
+            fontsize="small",
+        )
         axes[1].legend(fontsize="small")
     for phase in ("stable", "anneal"):
         part = curves[curves.phase == phase]
@@ -114,7 +153,7 @@ def plot_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame) -> tuple
             ax.axvline(stable_curve.step.max(), color="grey", linestyle=":", linewidth=1)
     ax_loss.set_ylabel("loss (nats/token)")
     ax_loss.legend()
-    ax_loss.set_title("lehr: stable phase and anneal")
+    ax_loss.set_title("lehr: train and held-out loss across the stable phase and the current anneal branch")
     ax_lr.set_ylabel("learning rate")
     ax_lr.set_xlabel("optimizer step")
     fig.tight_layout()
@@ -138,9 +177,10 @@ def plot_ladder(fitted: dict) -> plt.Figure:
         frontier = curves["compute-optimal"]
         ax.plot(frontier["flops"], frontier["loss"], "k--", lw=1, label="compute-optimal")
     ax.set(xscale="log", xlabel="training FLOPs (the engine's count)", ylabel="held-out loss (nats/token)")
-    ax.set_title(f"L(N, D) = E + A/N^a + B/D^b: {fitted['status']}", fontsize="medium")
+    ax.set_title(law_text(fitted), fontsize="small")
     ax.legend(fontsize="small", title="parameters")
-    for view in fitted.get("isoflop", []):
+    inside = [v for v in fitted.get("isoflop", []) if v.get("n_opt_within_sizes")]
+    for view in inside:
         at = view["sizes"]
         n, loss = [s["n_params"] for s in at], [s["loss"] for s in at]
         line = iso.plot(n, loss, "o", label=f"{view['flops']:.1e} FLOPs")
@@ -149,9 +189,41 @@ def plot_ladder(fitted: dict) -> plt.Figure:
     iso.set(
         xscale="log", xlabel="parameters", ylabel="held-out loss at the budget", title="isoFLOP (approach 2)"
     )
-    if fitted.get("isoflop"):
+    if inside:
         iso.legend(fontsize="small")
     else:
-        iso.text(0.5, 0.5, "no budget with 3 sizes spanning it", ha="center", transform=iso.transAxes)
+        iso.text(
+            0.5, 0.5, isoflop_absent(fitted), ha="center", va="center", wrap=True, transform=iso.transAxes
+        )
     fig.tight_layout()
     return fig
+
+
+def law_text(fitted: dict) -> str:
+    """The fitted law with its constants and their bootstrap 95% intervals, or why there is none."""
+    law, ci = fitted.get("law"), fitted.get("intervals") or {}
+    if not law:
+        return f"L(N, D) = E + A/N^alpha + B/D^beta: {fitted['status']}"
+
+    def term(k: str) -> str:
+        lo, hi = ci.get(k, (None, None))
+        return f"{k} {law[k]:.3g}" + (f" [{lo:.3g}, {hi:.3g}]" if lo is not None else "")
+
+    return (
+        "held-out loss L(N, D) = E + A/N^alpha + B/D^beta, fitted (95% intervals):\n"
+        + ", ".join(term(k) for k in ("E", "alpha", "beta"))
+        + "\n"
+        + ", ".join(term(k) for k in ("A", "B"))
+    )
+
+
+def isoflop_absent(fitted: dict) -> str:
+    views = fitted.get("isoflop", [])
+    if not views:
+        return "isoFLOP view: no budget that 3 sizes span"
+    return (
+        "isoFLOP view left out: at "
+        + ", ".join(f"{v['flops']:.1e}" for v in views)
+        + " FLOPs the best size lies outside\nthe sizes measured (no optimum inside); "
+        "add sizes around it (docs/ladder.md)"
+    )

@@ -52,8 +52,20 @@ def stable_config(
     stable params starts its own run instead of tripping over another's checkpoints, and the same
     params resume. A pinned run name resumes only under the config that made it (the engine's rule).
     """
+    rule = stop_rule(p)
+    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance, tasks or {}), stop_rule=rule)
+    # Named before the branch points join the rule: keeping a checkpoint changes no step.
+    run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
+    steps = branch_point_steps(p, cfg.batch_size, cfg.model.seq_len, rule)
+    kept = dict(keep=steps, keep_to=str(run_dir / "branch_points"))
+    rule = dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"), **kept)
+    return dataclasses.replace(cfg, out_dir=str(run_dir), stop_rule=rule)
+
+
+def stop_rule(p: PretrainParams) -> StopRule:
+    """Where the stable phase ends: planned, or where auto-anneal decides within its bounds."""
     aa = p.auto_anneal
-    rule = StopRule(
+    return StopRule(
         planned_step=p.planned_anneal_step,
         # Rounded, not truncated: 700 * 0.7 is 489.99999999999994 in floating point.
         min_step=round(p.planned_steps * aa.min_fraction),
@@ -63,18 +75,12 @@ def stable_config(
         stall_eps=aa.stall_eps,
         save_to="",
     )
-    cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance, tasks or {}), stop_rule=rule)
-    # Named before the branch points join the rule: keeping a checkpoint changes no step.
-    run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
-    kept = dict(keep=branch_point_steps(p, cfg, rule), keep_to=str(run_dir / "branch_points"))
-    rule = dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"), **kept)
-    return dataclasses.replace(cfg, out_dir=str(run_dir), stop_rule=rule)
 
 
-def branch_point_steps(p: PretrainParams, cfg: TrainConfig, rule: StopRule) -> tuple[int, ...]:
+def branch_point_steps(p: PretrainParams, batch_size: int, seq_len: int, rule: StopRule) -> tuple[int, ...]:
     """``pretrain.branch_points`` as steps, each refused unless it is a whole step that the stable
     phase reaches whatever auto-anneal decides."""
-    per_step = cfg.batch_size * cfg.model.seq_len
+    per_step = batch_size * seq_len
     last = rule.min_step if rule.auto else rule.planned_step
     steps = []
     for tokens in p.branch_points:
@@ -83,7 +89,7 @@ def branch_point_steps(p: PretrainParams, cfg: TrainConfig, rule: StopRule) -> t
             nearest = " or ".join(str(n) for n in (below, below + per_step) if n > 0)
             raise ValueError(
                 f"pretrain.branch_points names {tokens} tokens, not a whole number of steps of {per_step} "
-                f"tokens (batch_size {cfg.batch_size} x seq_len {cfg.model.seq_len}): use {nearest}"
+                f"tokens (batch_size {batch_size} x seq_len {seq_len}): use {nearest}"
             )
         if tokens // per_step > last:
             why = "auto_anneal.min_fraction" if rule.auto else "planned_decay_fraction"
@@ -120,9 +126,9 @@ def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_a
         raise ValueError(
             f"refusing to branch from {pre_anneal}: it was made under the {theirs} profile, and this run "
             "is under "
-            f"{ours}, whose model differs. Run the anneal under the same profile (`kedro run --pipeline "
+            f"{ours}, whose model differs. Run the anneal under the same profile (`kedro run --pipelines "
             "anneal "
-            f"--env {theirs}`), or train pre_anneal under {ours} first (`kedro run --pipeline "
+            f"--env {theirs}`), or train pre_anneal under {ours} first (`kedro run --pipelines "
             "pretrain_stable "
             f"--env {ours}`). The profile `dvc repro` and a bare `kedro run` use is the one in "
             "conf/profile.yaml."

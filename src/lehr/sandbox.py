@@ -25,21 +25,29 @@ COPIED = (
     ".telemetry",
     "conf",
     "src",
+    "data/06_models/branches/.gitkeep",  # the home of branches trained by hand: evaluate depends on it
     "notebooks",
     "data/01_raw/tasks",
 )
 
 
-def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) -> Path:
+def create(project: Path, dest: Path, profile: str, corpus: Path | None = None, force: bool = False) -> Path:
     """Copy the project's code and configuration (not its data, runs or local overrides) to
     ``dest``, choose ``profile`` there, and commit it as the sandbox's first commit. With
-    ``corpus``, that folder stands in for the bundled corpus (the ``corpus`` stage then leaves it)."""
+    ``corpus``, that folder stands in for the bundled corpus (the ``corpus`` stage then leaves it).
+    An earlier sandbox is replaced only if it holds nothing of a person's (or with ``force``)."""
     if dest.exists():
         if not (dest / MARKER).is_file():
             raise FileExistsError(
                 f"{dest} exists and is not a lehr sandbox: lehr leaves it as it is; choose another folder"
             )
-        shutil.rmtree(dest)  # an earlier sandbox, which lehr made
+        work = [] if force else own_work(dest)
+        if work:
+            raise FileExistsError(
+                f"{dest} holds {' and '.join(work)}: lehr leaves it as it is. Replace it anyway with "
+                f"`python -m lehr sandbox {dest} --force` (`make smoke FORCE=1`), or choose another folder"
+            )
+        shutil.rmtree(dest)  # an earlier sandbox, which lehr made, with nothing of anyone's in it
     if not (project / "conf" / profile).is_dir() and profile != "local":
         raise ValueError(f"no profile {profile!r}: the profiles are the folders of {project / 'conf'}")
     dest.mkdir(parents=True)
@@ -83,6 +91,22 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None) 
     ):
         subprocess.run(cmd, cwd=dest, check=True, env={**os.environ, **identity})
     return dest
+
+
+def own_work(sandbox: Path) -> list[str]:
+    """What a person made in a sandbox: commits after lehr's first, and DVC experiments."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=sandbox, capture_output=True, text=True).stdout.strip()
+
+    commits = int(git("rev-list", "--count", "--branches", "--tags") or 0) - 1
+    exps = len(git("for-each-ref", "--format=%(refname)", "refs/exps").splitlines())
+    queued = git("stash", "list", "refs/exps/celery/stash")  # DVC's queue
+    return [
+        *([f"{commits} commit(s) of your own"] if commits > 0 else []),
+        *([f"{exps} experiment ref(s)"] if exps else []),
+        *(["queued experiments"] if queued else []),
+    ]
 
 
 def _commit_time(project: Path) -> str:

@@ -58,7 +58,7 @@ def chosen_branches(
         raise ValueError(
             f"unknown anneal branch(es) {', '.join(missing)}; the branches are: "
             f"{', '.join(sorted(branches)) or 'none'}. "
-            f"Run `kedro run --pipeline anneal --params anneal.branch=NAME` to make one."
+            f"Run `kedro run --pipelines anneal --params anneal.branch=NAME` to make one."
         )
     stale = [b for b in wanted if branched_from(branches[b] / "final") not in (*ours, None)]
     named = [b for b in stale if b == current or params.branches != ["all"]]
@@ -67,7 +67,7 @@ def chosen_branches(
             f"anneal branch(es) {', '.join(named)} in {next(iter(branches.values())).parent} started "
             f"from a checkpoint of another stable run than this pre_anneal and its branch points (an "
             "earlier stable phase), so they do not compare with them. Re-make one from this pre_anneal "
-            "with `kedro run --pipeline anneal --params anneal.branch=NAME`, or leave it out of "
+            "with `kedro run --pipelines anneal --params anneal.branch=NAME`, or leave it out of "
             "evaluate.branches."
         )
     if stale:
@@ -109,9 +109,12 @@ def evaluate_models(
     pretrain: PretrainParams,
     anneal: AnnealParams,
     params: EvaluateParams,
-) -> tuple[dict, str]:
+) -> tuple[dict, str, dict]:
+    """metrics.json, the samples, and the current branch's scored items (``lehr experiments`` pairs
+    them across experiments)."""
     ours = origins(pre_anneal, branch_points)
     names = chosen_branches(branches, pretrain, anneal, params, ours)
+    current = branch_name(pretrain, anneal)
     if params.baseline and params.baseline not in names:
         raise ValueError(
             f"evaluate.baseline = {params.baseline!r} is not among the branches scored ({', '.join(names)}): "
@@ -143,7 +146,7 @@ def evaluate_models(
         scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
         if tasks:
             node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
-        if params.baseline:
+        if params.baseline or name[-1] == current:
             scored[name[-1]] = comparison.score(model, held, tasks, tokenizer, hw, pretrain.micro_batch)
         text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
         samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
@@ -153,17 +156,17 @@ def evaluate_models(
             "origin": ours.get(branched_from(branches[b] / "final"), "unrecorded"),
             "tokens": json.loads((weights[b][1] / "state.json").read_text())["progress"]["tokens"],
         }
-    current = branch_name(pretrain, anneal)
     metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
     metrics["anneal_gain"] = {
         key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
         for key in metrics["pre_anneal"]
         if key != "tasks"
     }
+    items = {"branch": current, **scored[current].record()}
     if params.baseline:
         base = scored.pop(params.baseline)
         metrics["vs_baseline"] = {
             "baseline": params.baseline,
-            **{name: comparison.difference(base, other, held) for name, other in scored.items()},
+            **{name: comparison.difference(base, other) for name, other in scored.items()},
         }
-    return metrics, "\n".join(samples)
+    return metrics, "\n".join(samples), items

@@ -64,7 +64,7 @@ def check_stage_node(lc: Launch, helper: bool = False) -> None:
     if helper and (lc.nnodes == 1 or lc.node_rank == 0):
         raise ValueError(
             f"`lehr join` is for nodes 1 .. nnodes-1 of a run across machines (here nnodes = {lc.nnodes}, "
-            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `kedro run --pipeline <stage>`"
+            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `kedro run --pipelines <stage>`"
         )
     if lc.nnodes == 1:
         return
@@ -81,14 +81,24 @@ def check_stage_node(lc: Launch, helper: bool = False) -> None:
 
 
 def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
-    """Train in-process or through torchrun; a run stopped by a signal is an error for the stage
-    (its checkpoint is saved, and running the stage again resumes it)."""
+    """Train in-process or through torchrun. A run stopped by a signal stops the stage
+    (``lehr.errors.Stopped``: one line and the signal's exit status; its checkpoint is saved, and
+    running the stage again resumes it)."""
     check_stage_node(params.launch)
     tracking.mark_attempt(cfg.out_dir)
     summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
     if summary["stopped"] == "signal":
-        raise RuntimeError(
-            f"stopped by a signal at step {summary['step']}; its checkpoint is saved in "
-            f"{summary['out_dir']}: run the stage again to resume"
+        import signal
+
+        from lehr.engine.run import signals
+        from lehr.errors import Stopped
+
+        # In this process the loop heard it; through torchrun only the workers did, and a signal
+        # there is most often a scheduler's SIGTERM.
+        name = summary.get("signal") or signals.received()
+        raise Stopped(
+            f"stopped by {name or 'a signal'} at step {summary['step']}; its checkpoint is saved in "
+            f"{summary['out_dir']}: run the stage again to resume",
+            signal.Signals[name] if name else signal.SIGTERM,
         )
     return summary

@@ -32,7 +32,12 @@ def _backward(model, x) -> None:
     model(x, x)[1].backward()
 
 
-def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config):
+def test_muon_step_is_torchs_muon_and_fused_adamw(tiny_config):
+    """The same arithmetic as torch's own optimizers. Bit for bit on some CPUs; on others (seen on
+    an AMD EPYC) the batched Newton-Schulz matmuls, in bf16 as torch's are, round apart from
+    torch's one-matrix ones, and four steps carry that on (0.4% seen). So each parameter's whole
+    update must agree with torch's to 2% of its size: bf16's rounding, where a wrong LR scale,
+    momentum or decay is off by tens of percent."""
     ours_model, ours = _muon_model(tiny_config)
     theirs_model = copy.deepcopy(ours_model)
     named = list(theirs_model.named_parameters())
@@ -50,6 +55,7 @@ def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config):
         fused=True,
     )
     x = torch.randint(0, 256, (4, 32))
+    start = [p.detach().clone() for p in theirs_model.parameters()]
     for _ in range(4):
         _backward(ours_model, x)
         ours.found_inf = torch.zeros(())  # as the loop hands it: a taken step
@@ -57,8 +63,10 @@ def test_muon_step_is_torchs_muon_and_fused_adamw_bit_for_bit(tiny_config):
         _backward(theirs_model, x)
         muon.step()
         adamw.step()
-    for (name, a), b in zip(ours_model.named_parameters(), theirs_model.parameters()):
-        assert torch.equal(a, b), name
+    for (name, a), b, p0 in zip(ours_model.named_parameters(), theirs_model.parameters(), start):
+        ours_update, theirs_update = a.detach() - p0, b.detach() - p0
+        off = (ours_update - theirs_update).norm() / theirs_update.norm()
+        assert off < 2e-2, (name, off.item())
 
 
 def test_a_skipped_muon_step_leaves_weights_and_momentum_untouched(tiny_config):

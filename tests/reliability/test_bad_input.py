@@ -27,7 +27,7 @@ def snapshot(repo):
 
 
 def kedro(repo, pipeline, *params):
-    args = ["kedro", "run", "--pipeline", pipeline, "--env", "smoke"]
+    args = ["kedro", "run", "--pipelines", pipeline, "--env", "smoke"]
     if params:
         args += ["--params", ",".join(params)]
     return sh(repo, *args, check=False)
@@ -83,7 +83,7 @@ def test_bad_param_is_refused_and_nothing_changes(repo, name, pipeline, params, 
             repo,
             "kedro",
             "run",
-            "--pipeline",
+            "--pipelines",
             "pretrain_stable",
             "--env",
             "smoke",

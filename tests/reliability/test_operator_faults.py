@@ -21,7 +21,7 @@ from lehr.files import locks
 from tests.e2e import env, make_repo, sh
 
 pytestmark = pytest.mark.slow
-STABLE = ["kedro", "run", "--pipeline", "pretrain_stable", "--env", "smoke"]
+STABLE = ["kedro", "run", "--pipelines", "pretrain_stable", "--env", "smoke"]
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +98,14 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
 
 def test_a_second_run_of_a_live_branch_is_refused(repo):
     sh(repo, *STABLE)
-    anneal = ["kedro", "run", "--pipeline", "anneal", "--env", "smoke", "--params"]
+    anneal = ["kedro", "run", "--pipelines", "anneal", "--env", "smoke", "--params"]
     first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear")
     wait_for(lambda: live_folder(repo / "data/06_models/anneal_runs") is not None, first)
     second = sh(repo, *anneal, "anneal.branch=C,anneal.shape=cosine", check=False)
     assert second.returncode != 0
     assert f"is in use by another run (pid {first.pid}" in second.stderr, second.stderr[-2000:]
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
-    metrics = (repo / "data/06_models/anneal/C/metrics.jsonl").read_text().splitlines()
+    metrics = (repo / "data/06_models/branches/C/metrics.jsonl").read_text().splitlines()
     steps = [int(line.split('"step": ')[1].split(",")[0]) for line in metrics]
     assert steps == sorted(steps)  # one run's curve, not two interleaved
 
@@ -138,7 +138,7 @@ def test_a_tracking_server_that_does_not_answer_costs_seconds_and_a_warning(repo
             repo,
             "kedro",
             "run",
-            "--pipeline",
+            "--pipelines",
             "shard",
             "--env",
             "smoke",

@@ -31,6 +31,8 @@ from lehr.engine.schedule import SHAPES
 class ScheduleConfig(Part):
     """The learning rate over the steps: warmup, then WSD's stable phase or a cosine."""
 
+    RENAMED: ClassVar[dict] = {"total_steps": "planned_steps"}
+
     schedule: Literal["wsd", "cosine"] = (
         "wsd"  # cosine = the baseline: one warmup + cosine over planned_steps
     )

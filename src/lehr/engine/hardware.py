@@ -145,9 +145,10 @@ def _probe_attention(hw: Hardware) -> None:
         ) from e
 
 
-def memory_report(device: torch.device) -> str:
+def memory_report(device: torch.device) -> str | None:
+    """The GPU's memory now and at its peak; None on a CPU (no allocator to ask)."""
     if device.type != "cuda":
-        return "cpu"
+        return None
     free, total = torch.cuda.mem_get_info(device)
     return (
         f"allocated {torch.cuda.memory_allocated(device) / 2**30:.1f} GiB, peak "

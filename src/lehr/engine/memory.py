@@ -31,11 +31,13 @@ class Estimate:
     def total(self) -> float:
         return self.parameters + self.gradients + self.optimizer + self.optimizer_work + self.activations
 
-    def describe(self) -> str:
+    def describe(self, per: str = "GPU") -> str:
+        """``per``: what holds this much (a GPU, or a process in RAM on a CPU run)."""
         parts = ("parameters", "gradients", "optimizer", "optimizer_work", "activations")
+        unit, size = ("GiB", GIB) if self.total >= GIB / 10 else ("MiB", 2**20)
         return (
-            f"{self.total / GIB:.1f} GiB per GPU ("
-            + ", ".join(f"{p.replace('_', ' ')} {getattr(self, p) / GIB:.2f}" for p in parts)
+            f"{self.total / size:.1f} {unit} per {per} ("
+            + ", ".join(f"{p.replace('_', ' ')} {getattr(self, p) / size:.2f}" for p in parts)
             + ")"
         )
 

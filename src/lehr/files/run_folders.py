@@ -24,7 +24,7 @@ class Layout:
     stable_run: Path  # one folder per stable-phase configuration
     pre_anneal: Path
     anneal_runs: Path  # one folder per anneal branch and branch point
-    anneal_branches: Path  # <branch>/final, ...
+    anneal_branches: tuple[Path, ...]  # the folders of <branch>/final, ... (DVC's and by hand)
 
     def kinds(self) -> tuple:
         return (
@@ -50,7 +50,8 @@ def _origin(checkpoint: Path) -> Path | None:
 
 
 def scan(layout: Layout) -> list[RunFolder]:
-    used = {_origin(layout.pre_anneal)} | {_origin(p / "final") for p in layout.anneal_branches.glob("*")}
+    branches = [p for home in layout.anneal_branches for p in home.glob("*")]
+    used = {_origin(layout.pre_anneal)} | {_origin(p / "final") for p in branches}
     found = []
     for kind, root, end in layout.kinds():
         for path in sorted(root.iterdir()) if root.is_dir() else []:

@@ -232,7 +232,7 @@ def resolve_start(rolling: Rolling, init_from: str | None) -> tuple[str, Path | 
         if not (path / STATE).is_file():
             raise CheckpointError(
                 f"initial checkpoint {path} does not exist: run the pretrain_stable stage first "
-                f"(`dvc repro pretrain_stable` or `kedro run --pipeline pretrain_stable`)"
+                f"(`dvc repro pretrain_stable` or `kedro run --pipelines pretrain_stable`)"
             )
         return "branch", path, verify(path)
     return "fresh", None, None

@@ -147,8 +147,12 @@ class Run:
             self.hw.name,
             self.hw.precision,
         )
+        per = "GPU" if self.hw.device.type == "cuda" else "process, in RAM"
         log.info(
-            "memory estimate (%s, %s): %s", cfg.parallel, cfg.activation_checkpointing, self.memory.describe()
+            "memory estimate (%s, %s): %s",
+            cfg.parallel,
+            cfg.activation_checkpointing,
+            self.memory.describe(per),
         )
         if self.mode == "resume":
             log.info("resumed from checkpoint %s", self.started_from)

@@ -104,11 +104,12 @@ class RunLog:
         if not self.enabled:
             return
         self.record(rec)
-        mfu = f"{rec['mfu']:.1%}" if rec.get("mfu") is not None else "n/a"
+        # MFU needs the device's peak FLOPs and mem a GPU's allocator: a CPU run shows neither.
         line = (
             f"step {rec['step']:>6} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | gnorm "
-            f"{rec['grad_norm']:.3f}"
-            f" | {rec['tok_per_s']:,.0f} tok/s | mfu {mfu} | mem {rec['mem']}"
+            f"{rec['grad_norm']:.3f} | {rec['tok_per_s']:,.0f} tok/s"
+            + (f" | mfu {rec['mfu']:.1%}" if rec.get("mfu") is not None else "")
+            + (f" | mem {rec['mem']}" if rec.get("mem") else "")
         )
         if self.bar is not None:
             self.bar.update(rec["step"] - self.bar.n)

@@ -3,10 +3,12 @@ into a branch folder."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 
+from lehr.datasets.branches_dataset import check_free
 from lehr.engine.run.metrics import without_clock
 from lehr.params import AnnealParams, PretrainParams
 from lehr.reporting import read_curve, stage_metrics
@@ -19,16 +21,20 @@ def train_anneal(
     branch_points: dict[str, Path],
     anneal_runs: Path,
     tasks: dict[str, Path],
+    branches: dict[str, Path],
     pretrain: PretrainParams,
     anneal: AnnealParams,
 ) -> tuple[dict, dict]:
     origin = origin_of(anneal, pre_anneal, branch_points)
     cfg, branch = anneal_job(pretrain, anneal, shards, origin, anneal_runs, tasks)
+    check_free(branch, branches)  # before any work: a name DVC's stage holds is not one to train into
     summary = run_engine(cfg, pretrain)
     run_dir = Path(cfg.out_dir)
     # The branch is versioned by DVC: its curve goes without the clock readings (the run folder's keeps them).
     curve = without_clock((run_dir / "metrics.jsonl").read_text())
-    return {"branch": branch, "run_dir": str(run_dir), "curve": curve}, {**summary, "branch": branch}
+    params = {"pretrain": dataclasses.asdict(pretrain), "anneal": dataclasses.asdict(anneal)}
+    saved = {"branch": branch, "run_dir": str(run_dir), "curve": curve, "params": params}
+    return saved, {**summary, "branch": branch}
 
 
 def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:

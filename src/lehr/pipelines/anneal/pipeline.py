@@ -14,10 +14,11 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "branch_points",
                     "anneal_runs",
                     "heldout_tasks",
+                    "anneal_branches",
                     "params:pretrain",
                     "params:anneal",
                 ],
-                ["anneal_branches", "anneal_summary_raw"],
+                ["anneal_branch", "anneal_summary_raw"],
                 name="train_anneal_node",
             ),
             Node(

@@ -2,7 +2,15 @@
 per source, against a unigram baseline, and every task (``lehr.scoring``, plain Python); curves
 and plots across stable + anneal (``lehr.reporting``)."""
 
+import pandas as pd
+
+from lehr.params import PretrainParams
 from lehr.reporting import plot_curves, plot_tasks
 from lehr.scoring import evaluate_models
 
-__all__ = ["evaluate_models", "plot_curves", "plot_tasks"]
+__all__ = ["evaluate_models", "plot_tasks", "plot_training_curves"]
+
+
+def plot_training_curves(stable_curve: pd.DataFrame, anneal_curve: pd.DataFrame, pretrain: PretrainParams):
+    """The training curves, their task panel labelled with the sample it scored."""
+    return plot_curves(stable_curve, anneal_curve, pretrain.task_examples)

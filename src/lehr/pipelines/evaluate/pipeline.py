@@ -1,6 +1,6 @@
 from kedro.pipeline import Node, Pipeline
 
-from lehr.pipelines.evaluate.nodes import evaluate_models, plot_curves, plot_tasks
+from lehr.pipelines.evaluate.nodes import evaluate_models, plot_tasks, plot_training_curves
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -19,13 +19,13 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "params:anneal",
                     "params:evaluate",
                 ],
-                ["eval_metrics", "samples"],
+                ["eval_metrics", "samples", "scored_items"],
                 name="evaluate_models_node",
             ),
             Node(plot_tasks, "eval_metrics", "task_accuracy_png", name="plot_tasks_node"),
             Node(
-                plot_curves,
-                ["stable_curve", "anneal_curve"],
+                plot_training_curves,
+                ["stable_curve", "anneal_curve", "params:pretrain"],
                 ["curves", "loss_curve_png"],
                 name="plot_curves_node",
             ),

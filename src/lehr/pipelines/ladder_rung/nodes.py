@@ -21,7 +21,7 @@ def train_ladder_rung(
     if ladder.rung not in ladder.sizes:
         raise ValueError(
             f"ladder.rung = {ladder.rung} is not one of ladder.sizes {ladder.sizes}: name the size to "
-            "train (`kedro run --pipeline ladder_rung --params ladder.rung=3`), or run every size with "
+            "train (`kedro run --pipelines ladder_rung --params ladder.rung=3`), or run every size with "
             "`make ladder`"
         )
     runs = ladder_runs / f"rung-{ladder.rung}"

@@ -1,8 +1,9 @@
-"""soup: ``kedro run --pipeline soup --params "soup.branches=a+b"`` adds branch ``soup-a-b``,
+"""soup: ``kedro run --pipelines soup --params "soup.branches=a+b"`` adds branch ``soup-a-b``,
 which evaluate then scores like any other branch."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -48,4 +49,5 @@ def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
         )
     run_dir = Path(tempfile.mkdtemp(prefix="lehr-soup-"))
     average([branches[b] / "final" for b in params.branches], run_dir / "final")
-    return {"branch": name, "run_dir": str(run_dir), "kind": "soup"}
+    record = {"soup": dataclasses.asdict(params)}
+    return {"branch": name, "run_dir": str(run_dir), "kind": "soup", "params": record}

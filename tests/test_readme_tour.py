@@ -1,0 +1,182 @@
+"""The README's newcomer's tour, run as written: every command of its bash block, parsed from
+README.md (so the two cannot drift), in order, in a sandbox that `make smoke` builds. Each must
+exit 0; afterwards every branch made by hand is still there, each experiment differs from the
+baseline only by its own -S, and the project itself is as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lehr.experiments import changed, experiments_of, flat_params
+from tests import ROOT
+from tests.e2e import ARTIFACTS, dir_hash, env, lock_hash, sh, stages_run
+
+pytestmark = pytest.mark.slow
+SANDBOX = "build/smoke"
+
+
+def tour() -> list[str]:
+    """The tour's command lines: its bash block, without comment lines."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## A newcomer's tour.*?```bash\n(.*?)```", text, re.S).group(1)
+    return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def commented(prefix: str) -> str:
+    """A command the tour shows in a comment (a server that runs until Ctrl-C)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## A newcomer's tour.*?```bash\n(.*?)```", text, re.S).group(1)
+    return next(line.lstrip("# ").strip() for line in block.splitlines() if prefix in line)
+
+
+def as_run_here(line: str, sandbox: Path) -> str:
+    """The line with the sandbox where the tour says build/smoke, and its ``../../`` (the project,
+    seen from build/smoke) pointing at this checkout: the developer's own build/smoke stays theirs."""
+    line = line.replace("make smoke", f"make smoke SMOKE={sandbox}")
+    line = line.replace(f"cd {SANDBOX}", f"cd {sandbox}")
+    return line.replace("../../", f"{ROOT}/")
+
+
+def project_state() -> tuple[str, str]:
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    lock = ROOT / "dvc.lock"
+    return status.stdout, hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else ""
+
+
+def branches(sandbox: Path) -> dict[str, str]:
+    homes = [sandbox / "data/06_models/anneal", sandbox / "data/06_models/branches"]
+    return {p.name: dir_hash(p) for h in homes for p in h.iterdir() if not p.name.startswith(".")}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo):
+    sandbox, before, outputs = tmp_path / "smoke", project_state(), {}
+    cwd = ROOT
+    for line in tour():
+        run = as_run_here(line, sandbox)
+        proc = subprocess.run(["bash", "-c", run], cwd=cwd, env=env(), capture_output=True, text=True)
+        assert proc.returncode == 0, (
+            f"{line}\nexited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
+        outputs[line] = proc.stdout
+        if line.startswith("source ") and f"cd {SANDBOX}" in line:
+            cwd = sandbox
+        if "lehr branches" in line and "hand_made" not in outputs:
+            outputs["hand_made"] = branches(sandbox)
+
+    # make smoke left the project as it was, and its sandbox gives the dvc.lock of every fresh run.
+    assert project_state() == before
+    for artifact in ARTIFACTS:
+        assert lock_hash(sandbox / "dvc.lock", artifact) == lock_hash(
+            smoke_repo.parent / "reference" / "dvc.lock", artifact
+        ), artifact
+    # Every branch made by hand (and its soup) outlived the experiments, byte for byte.
+    made, now = outputs["hand_made"], branches(sandbox)
+    assert {"gold-cosine", "gold-linear", "early"} <= set(made)
+    assert all(now.get(name) == digest for name, digest in made.items()), set(made) - set(now)
+    assert "soup-gold-cosine-gold-linear" in now
+    # Each experiment differs from the baseline commit only by its own -S.
+    head = sh(sandbox, "git", "rev-parse", "HEAD").stdout.strip()
+    base = flat_params(sandbox, head)
+    got = {name: changed(base, flat_params(sandbox, sha)) for name, sha in experiments_of(sandbox, head)}
+    assert got.pop("linear") == ["anneal.shape=linear"]
+    assert got.pop("cosine-baseline") == ["pretrain.schedule=cosine"]
+    assert sorted(got.values()) == [["pretrain.muon_lr=0.005"], ["pretrain.muon_lr=0.01"]], got
+    # An anneal param re-runs only anneal and evaluate; the cosine baseline its own stable phase too.
+    linear = next(v for k, v in outputs.items() if "-n linear" in k)
+    cosine = next(v for k, v in outputs.items() if "-n cosine-baseline" in k)
+    assert stages_run(linear) == ["anneal", "evaluate"]
+    assert stages_run(cosine) == ["pretrain_stable", "anneal", "evaluate"]
+    # The workspace is the baseline again after each experiment.
+    assert sh(sandbox, "git", "status", "--porcelain").stdout == ""
+    table = next(v for k, v in outputs.items() if k.startswith("python -m lehr experiments"))
+    assert re.search(r"^linear\s+anneal\.shape=linear\s+[\d.]+\s+[\d.]+\s+[+-]\d\.\d{4} \[", table, re.M), (
+        table
+    )
+
+    # Bad input on the tour's sandbox: refused before anything changes.
+    params = (sandbox / "conf/base/parameters_anneal.yml").read_bytes()
+    reports = dir_hash(sandbox / "data/08_reporting")
+    typo = sh(
+        sandbox,
+        "python",
+        "-m",
+        "lehr",
+        "exp",
+        "-n",
+        "typo",
+        "-S",
+        "conf/base/parameters_anneal.yml:anneal.shape=cosin",
+        check=False,
+    )
+    assert typo.returncode == 2 and "anneal.shape = 'cosin' must be one of" in typo.stderr, typo.stderr
+    assert "-S conf/base/parameters_anneal.yml:anneal.shape=cosin" in typo.stderr
+    assert (sandbox / "conf/base/parameters_anneal.yml").read_bytes() == params
+    assert dir_hash(sandbox / "data/08_reporting") == reports
+    assert "typo" not in dict(experiments_of(sandbox, head))
+    # A branch name the DVC stage's branch holds is refused to `kedro run`, naming both.
+    dvc_branch = json.loads((sandbox / "data/08_reporting/metrics.json").read_text())["anneal"]["branch"]
+    taken = sh(
+        sandbox,
+        "kedro",
+        "run",
+        "--pipelines",
+        "anneal",
+        "--params",
+        f"anneal.branch={dvc_branch}",
+        check=False,
+    )
+    assert taken.returncode == 2 and f"anneal branch {dvc_branch!r} is the DVC anneal stage's" in taken.stderr
+    assert f"data/06_models/anneal/{dvc_branch}" in taken.stderr and "anneal.branch=NAME" in taken.stderr
+    # A second `make smoke` keeps a sandbox with the person's commits and experiments.
+    again = subprocess.run(
+        ["make", "smoke", f"SMOKE={sandbox}"], cwd=ROOT, env=env(), capture_output=True, text=True
+    )
+    assert again.returncode != 0 and "FORCE=1" in again.stderr and (sandbox / "dvc.lock").exists()
+    assert sh(sandbox, "git", "rev-list", "--count", "HEAD").stdout.strip() == "2"
+
+
+def test_the_tours_mlflow_ui_serves_and_stops_whole_on_sigterm(smoke_repo):
+    port = free_port()
+    cmd = commented("lehr mlflow-ui") + f" --port {port}"
+    server = subprocess.Popen(
+        ["bash", "-c", f"exec {cmd}"],
+        cwd=smoke_repo,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).status == 200
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()[-3000:]
+                time.sleep(1)
+        group = os.getpgid(server.pid)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 128 + signal.SIGTERM
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-f", "--", f"--port {port}"], capture_output=True, text=True).stdout
+        assert left == "", f"left behind: {left} (group {group})"
+    finally:
+        if server.poll() is None:
+            server.kill()
