@@ -139,24 +139,6 @@ def test_experiment_reruns_only_anneal_and_evaluate(repo):
     assert {"linear-decay", "low-min-lr"} <= names
 
 
-def test_cosine_baseline_experiment_trains_the_same_budget(repo):
-    out = sh(
-        repo,
-        "dvc",
-        "exp",
-        "run",
-        "-n",
-        "cosine-baseline",
-        "-S",
-        "conf/base/parameters_pretrain_stable.yml:pretrain.schedule=cosine",
-    )
-    assert stages_run(out.stdout) == ["pretrain_stable", "anneal", "evaluate"]
-    metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
-    anneal = json.loads((repo / "data/08_reporting/anneal_metrics.json").read_text())
-    assert metrics["anneal"]["branch"].startswith("cosine-") and anneal["step"] == 60  # smoke planned_steps
-    assert len(list((repo / "data/06_models/stable_run").glob("auto-*"))) == 2  # its own rolling folder
-
-
 def test_comparison_notebook_executes(repo, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
