@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from lehr.engine.artifacts.code_identity import imported
 from lehr.engine.config import SHARED_PARTS, BranchConfig, Launch
 from tests import ROOT
 
@@ -17,21 +18,10 @@ SRC = ROOT / "src"
 
 
 def _imports(path: Path) -> set[str]:
-    """Every ``lehr`` module this file imports, wherever the import statement stands."""
-    found = set()
-    package = ".".join(path.relative_to(SRC).with_suffix("").parts[:-1])
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
-                )
-            found.add(base)
-            found |= {f"{base}.{a.name}" for a in node.names}
-    return {m for m in found if m.split(".")[0] == "lehr" and _module_path(m)}
+    """Every ``lehr`` module this file imports, wherever the import statement stands (the code
+    identity's rule: relative imports too)."""
+    module = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+    return {m for m in imported(path, module) if _module_path(m)}
 
 
 def _module_path(module: str) -> Path | None:

@@ -1,6 +1,8 @@
-"""The folder datasets: a save clears what a killed save of the same folder left, and nothing else."""
+"""The folder datasets: a save clears what killed saves left (a dead writer's, never a live one's)."""
 
 from __future__ import annotations
+
+import os
 
 from lehr.datasets.branches_dataset import AnnealBranchesDataset
 from lehr.datasets.checkpoint_dataset import CheckpointDataset
@@ -24,7 +26,9 @@ def test_saving_pre_anneal_clears_a_killed_saves_leftovers(tmp_path, dead_pid):
     assert (dataset.load() / "state.json").read_text() == '{"progress": {"step": 20}}'
 
 
-def test_saving_a_branch_clears_its_leftovers_and_leaves_other_branches(tmp_path, dead_pid):
+def test_saving_a_branch_clears_dead_writers_leftovers_and_leaves_other_branches(tmp_path, dead_pid):
+    """Every dead writer's leftovers go, whichever branch they were of (none may be versioned);
+    a live writer's stay."""
     run, branches = tmp_path / "run", tmp_path / "anneal"
     (run / "final").mkdir(parents=True)
     (run / "final" / "state.json").write_text("{}")
@@ -32,9 +36,10 @@ def test_saving_a_branch_clears_its_leftovers_and_leaves_other_branches(tmp_path
     dataset.save({"branch": "b", "run_dir": str(run)})
     (branches / f".tmp-a-{dead_pid}").mkdir()
     (branches / f".tmp-b-{dead_pid}").mkdir()
+    (branches / f".tmp-c-{os.getppid()}").mkdir()  # a live process's
     dataset.save({"branch": "a", "run_dir": str(run), "curve": '{"step": 1}\n'})
     assert sorted(p.name for p in branches.iterdir() if not p.name.endswith(".lehr.lock")) == [
-        f".tmp-b-{dead_pid}",
+        f".tmp-c-{os.getppid()}",
         "a",
         "b",
     ]

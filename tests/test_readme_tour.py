@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from lehr.experiments import changed, experiments_of, flat_params
+from lehr.experiment_refs import experiments_of
+from lehr.experiments import changed, flat_params
 from tests import ROOT
 from tests.e2e import ARTIFACTS, dir_hash, env, lock_hash, sh, stages_run
 

@@ -87,14 +87,21 @@ def untracked(project: Path, env: str) -> list[str]:
     return problems
 
 
-PROFILE_ENV = "LEHR_PROFILE"  # the Kedro env of this run, for the provenance the nodes record
+PROFILE_ENV = "LEHR_PROFILE"
+# The runs that train on a data mix: refused at their start when it names a tier the data lacks
+# (`lehr check` and `lehr exp` refuse it before anything runs; tokenize alone may run first).
+MIX_READERS = {
+    "pretrain_stable",
+    "anneal",
+    "__default__",
+}  # the Kedro env of this run, for the provenance the nodes record
 
 
 class ConfigInForce:
     """Kedro hook: names the profile a run is under (``LEHR_PROFILE``, recorded in provenance), and
-    stops a pipeline run, before any node, when it would read params DVC does not track or when a
-    data mix names a tier the data does not have (a training stage would refuse it only after
-    tokenize and shard had run)."""
+    stops a pipeline run, before any node, when it would read params DVC does not track or, for a
+    run that trains, when a data mix names a tier the data does not have (the engine would refuse it
+    only once the data was loaded, without naming the parameter)."""
 
     def __init__(self):
         self._project, self._env, self._context = Path.cwd(), "local", None
@@ -114,7 +121,8 @@ class ConfigInForce:
         problems = untracked(self._project, self._env)
         if problems:
             raise ValueError("refusing to run: " + "; ".join(problems))
-        if self._context is not None:
+        names = set(run_params.get("pipeline_names") or ["__default__"])
+        if self._context is not None and names & MIX_READERS:
             from lehr.project import catalog_paths
             from lehr.stage_checks import mix_problems
 

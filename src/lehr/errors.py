@@ -13,6 +13,7 @@ say and the exit status a shell gives a process that signal ended (130 for SIGIN
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -142,6 +143,9 @@ def explained(error: BaseException) -> str | None:
     Kedro's parameter validation is said as lehr's own message, one line per parameter."""
     if os.environ.get("LEHR_TRACEBACK") == "1":
         return None
+    full = _full_disk(error)
+    if full:
+        return full
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
@@ -151,6 +155,29 @@ def explained(error: BaseException) -> str | None:
             type(error).__name__ in _KEDRO and type(error).__module__.startswith("kedro")
         ):
             return str(error).strip()
+        error = error.__cause__ or error.__context__
+    return None
+
+
+_NO_ROOM = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "the file-size limit (ulimit -f) is reached",
+    errno.EDQUOT: "the disk quota is used up",
+}
+
+
+def _full_disk(error: BaseException | None) -> str | None:
+    """A write that found no room, anywhere in the chain, said as what it is and what to do (every
+    lehr write is staged beside its target, so what was there before is as it was)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _NO_ROOM:
+            where = f" writing {error.filename}" if error.filename else ""
+            return (
+                f"no room{where}: {_NO_ROOM[error.errno]}. Free space (or raise the limit) and run the same "
+                "command again; every file it was replacing is as it was before"
+            )
         error = error.__cause__ or error.__context__
     return None
 

@@ -9,10 +9,11 @@ from the baseline with a paired 95% interval on the same held-out windows and ta
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import json
-import re
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-SWEEP = re.compile(r"^(choice|range)\((.*)\)$")
+from lehr.experiment_refs import experiments_of, git, show
+
 REPORTS = Path("data/08_reporting")
 
 
@@ -34,167 +36,242 @@ def load_parameters(conf: Path, env: str) -> dict:
     return loader["parameters"]
 
 
+def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
+    """The branch points against the planned stable phase and, with shards, the model's vocabulary
+    against their tokenizer's: what ``stable_config`` would refuse."""
+    from lehr.config_parts import from_mapping
+    from lehr.engine.model import preset
+    from lehr.params import PretrainParams
+    from lehr.run_config import branch_point_steps, model_config, stop_rule
+    from lehr.stage_checks import section
+
+    try:
+        p = from_mapping(PretrainParams, section(parameters, "pretrain"), "pretrain")
+    except (KeyError, TypeError, ValueError):
+        return []  # ``check_all`` names what is wrong with the section itself
+    manifest_file = shards / "manifest.json"
+    try:
+        if manifest_file.is_file():
+            manifest = {**json.loads(manifest_file.read_text()), "root": str(shards)}
+            model = model_config(p, manifest)
+        else:  # no tokenizer yet: any vocabulary gives the context length
+            model = preset(p.model.preset, p.model.vocab_size or 256, **p.model.overrides)
+        branch_point_steps(p, p.batch_size, model.seq_len, stop_rule(p))
+    except ValueError as e:
+        return [str(e)]
+    return []
+
+
 def problems_of(project: Path, env: str, conf: Path | None = None) -> list[str]:
     """Every problem a stage would find with the params in ``conf`` (default: the project's), checked
     against the data the project has now."""
     from lehr.conf_visibility import untracked
     from lehr.params_check import check_all
     from lehr.project import catalog_paths
-    from lehr.stage_checks import data_problems
+    from lehr.stage_checks import mix_problems
 
     parameters = load_parameters(conf or project / "conf", env)
     paths = catalog_paths(project, env)
-    problems = check_all(parameters) + data_problems(parameters, paths["corpus"], paths["shards"])
+    problems = check_all(parameters) + mix_problems(parameters, paths["corpus"], paths["shards"])
+    problems += pretrain_problems(parameters, paths["shards"])
     return problems + untracked(project, env)
 
 
 # -- -S values, as DVC reads them ----------------------------------------------------------------
-def parse_set(arg: str) -> tuple[str, str, list]:
-    """``file:key=value`` -> (file, key, [values]); a sweep (``choice(a,b)``, ``range(a,b,s)``) gives
-    each of its values, the way ``dvc exp run --queue`` expands it."""
-    target, sep, raw = arg.partition("=")
-    path, colon, key = target.rpartition(":")
-    if not sep or not colon or not key:
-        raise ValueError(
-            f"-S {arg}: write -S <params file>:<key>=<value>, e.g. -S conf/base/parameters_anneal.yml:"
-            "anneal.shape=linear (lehr's params live in conf/<profile>/parameters_<stage>.yml, "
-            "not in params.yaml)"
-        )
-    sweep = SWEEP.match(raw.strip())
-    if sweep is None:
-        return path, key, [yaml.safe_load(raw)]
-    args = [yaml.safe_load(v) for v in sweep.group(2).split(",")]
-    return path, key, args if sweep.group(1) == "choice" else list(range(*args))
-
-
-def set_key(mapping: dict, key: str, value) -> None:
-    *parents, last = key.split(".")
-    for part in parents:
-        mapping = mapping.setdefault(part, {})
-    mapping[last] = value
-
-
 def shadowed(project: Path, env: str, path: str, key: str) -> str | None:
-    """The profile's file that sets ``key`` too, when ``path`` is conf/base's: there the change would be
-    overruled, and the experiment would be the baseline under another name."""
-    base = Path(path)
-    if base.parts[:2] != ("conf", "base") or env == "base":
+    """Why a ``-S`` on ``path`` would change nothing the run reads: the profile's file sets ``key``
+    too (it overrules conf/base), or ``path`` is a file the profile in force does not read."""
+    parts = Path(path).parts
+    if parts[:1] != ("conf",) or len(parts) != 3:
+        return f"{path} is no params file of lehr's (conf/<profile>/parameters_<stage>.yml)"
+    if parts[1] not in ("base", env):
+        return f"{path} is not read under the profile {env} (it reads conf/base and conf/{env})"
+    over = project / "conf" / env / parts[2]
+    if parts[1] != "base" or env == "base" or not over.is_file():
         return None
-    over = project / "conf" / env / base.name
-    node = yaml.safe_load(over.read_text()) if over.is_file() else None
+    node = yaml.safe_load(over.read_text())
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
-    return str(over.relative_to(project))
+    return f"{over.relative_to(project)} sets {key} too, and the profile overrules conf/base: -S it there"
 
 
 def check_sets(project: Path, env: str, sets: list[str]) -> list[str]:
-    """One line per ``-S`` value (each value of a sweep) that a stage would refuse, naming the ``-S``."""
-    parsed = []
-    for arg in sets:
-        path, key, values = parse_set(arg)
-        if not (project / path).is_file():
-            return [f"-S {arg}: no params file {path}; the profile's files are conf/base/ and conf/{env}/"]
-        over = shadowed(project, env, path, key)
-        if over:
-            return [
-                f"-S {arg}: {over} sets {key} too, and the profile {env} overrules conf/base: write -S "
-                f"{over}:{key}=..."
-            ]
-        parsed.append((arg, path, key, values))
+    """One line per ``-S`` value (each value of a sweep) that a stage would refuse, naming the ``-S``.
+    The values are DVC's own reading of them (its Hydra overrides and sweeps), applied to a copy."""
+    from dvc.exceptions import InvalidArgumentError
+    from dvc.utils.cli_parse import to_path_overrides
+    from dvc.utils.hydra import apply_overrides, get_hydra_sweeps
+
+    if not sets:
+        return []
+    path_overrides = to_path_overrides(sets)
+    for path, overrides in path_overrides.items():
+        for override in overrides:
+            why = shadowed(project, env, path, override.partition("=")[0].lstrip("+~"))
+            if why:
+                return [f"-S {path}:{override}: {why}"]
+    try:
+        sweeps = get_hydra_sweeps(path_overrides)
+    except (InvalidArgumentError, ValueError) as e:
+        return [
+            f"-S {' -S '.join(sets)}: {e} (DVC's -S grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        ]
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="lehr-exp-") as tmp:
-        for combo in itertools.product(*[[(a, p, k, v) for v in vs] for a, p, k, vs in parsed]):
+        for combo in sweeps:
             conf = Path(tmp) / "conf"
             shutil.rmtree(conf, ignore_errors=True)
             shutil.copytree(project / "conf", conf)
-            for _, path, key, value in combo:
-                file = conf / Path(path).relative_to("conf")
-                data = yaml.safe_load(file.read_text()) or {}
-                set_key(data, key, value)
-                file.write_text(yaml.safe_dump(data))
-            said = ", ".join(f"-S {p}:{k}={v}" for _, p, k, v in combo)
+            said = ", ".join(f"-S {path}:{o}" for path, os_ in combo.items() for o in os_)
+            try:
+                for path, overrides in combo.items():
+                    apply_overrides(Path(tmp) / path, overrides)
+            except (InvalidArgumentError, ValueError) as e:
+                problems.append(f"{said}: {' '.join(str(e.__cause__ or e).split())}")
+                continue
             problems += [f"{p} (from {said})" for p in problems_of(project, env, conf)]
+            chosen = (load_parameters(conf, env).get("anneal") or {}).get("branch")
+            if chosen and (project / "data/06_models/branches" / chosen).is_dir():
+                problems.append(
+                    f"parameter anneal.branch = {chosen!r} is a branch trained by hand "
+                    f"(data/06_models/branches/{chosen}): an experiment's branch may not take its name; "
+                    f"choose another (from {said})"
+                )
     return list(dict.fromkeys(problems))
 
 
 # -- lehr exp -------------------------------------------------------------------------------------
 def set_args(argv: list[str]) -> list[str]:
+    """The ``-S`` values of ``dvc exp run``'s arguments, however written (``-S v``, ``-Sv``,
+    ``--set-param v``, ``--set-param=v``, or an abbreviation argparse accepts, ``--set v``)."""
     out, it = [], iter(argv)
     for a in it:
-        if a in ("-S", "--set-param"):
+        name, eq, value = a.partition("=")
+        if a == "-S" or (len(name) > 3 and "--set-param".startswith(name) and not eq):
             out.append(next(it, ""))
-        elif a.startswith("--set-param="):
-            out.append(a.split("=", 1)[1])
+        elif a.startswith("-S"):
+            out.append(a[2:])
+        elif eq and len(name) > 3 and "--set-param".startswith(name):
+            out.append(value)
     return out
 
 
-def snapshot(project: Path) -> dict[Path, bytes]:
-    """What a workspace experiment rewrites that DVC cannot check out again: the params files (and
-    their YAML as written), dvc.lock and the reports git keeps."""
-    files = [*project.glob("conf/**/*.yml"), project / "dvc.lock", *(project / REPORTS).glob("*")]
-    return {f: f.read_bytes() for f in files if f.is_file()}
+def dvc_outputs(project: Path) -> tuple[list[Path], list[Path]]:
+    """The outputs of dvc.yaml's stages: those DVC caches (a checkout puts them back) and those it
+    does not (git keeps them: metrics, plots, reports)."""
+    cached, uncached = [], []
+    for spec in yaml.safe_load((project / "dvc.yaml").read_text())["stages"].values():
+        for key in ("outs", "metrics", "plots"):
+            for entry in spec.get(key) or []:
+                path, opts = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+                if "${" in path:
+                    continue
+                (cached if (opts or {}).get("cache", True) else uncached).append(project / path)
+    return cached, uncached
 
 
-def restore(project: Path, before: dict[Path, bytes]) -> list[str]:
-    """Every file of ``snapshot`` as it was; a report the run added goes. Returns what changed back."""
+def unrecorded_outputs(project: Path) -> list[str]:
+    """Cached outputs the workspace holds in another version than dvc.lock records: a workspace
+    experiment checks them out as recorded first, so they would be lost (DVC's rule)."""
+    out = subprocess.run(["dvc", "status", "--json"], cwd=project, capture_output=True, text=True)
+    try:
+        status = json.loads(out.stdout or "{}")
+    except ValueError:
+        return []
+    cached = {str(p.relative_to(project)) for p in dvc_outputs(project)[0]}
+    changed = []
+    for entries in status.values():
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict):
+                for path, state in (entry.get("changed outs") or {}).items():
+                    if path in cached and state in ("modified", "not in cache"):
+                        changed.append(path)
+    return sorted(set(changed))
+
+
+def snapshot(project: Path, sets: list[str]) -> dict[Path, bytes | None]:
+    """What a workspace experiment rewrites that DVC cannot check out again: the params files it
+    sets (DVC rewrites their YAML), dvc.lock and the outputs git keeps. None: the file was absent."""
+    from dvc.utils.cli_parse import to_path_overrides
+
+    files = [project / p for p in to_path_overrides(sets)] + [project / "dvc.lock", *dvc_outputs(project)[1]]
+    return {f: f.read_bytes() if f.is_file() else None for f in files}
+
+
+def restore(project: Path, before: dict[Path, bytes | None]) -> list[str]:
+    """Every file of ``snapshot`` as it was. Returns those that had changed."""
     back = []
-    for f in [*project.glob("conf/**/*.yml"), project / "dvc.lock", *(project / REPORTS).glob("*")]:
-        if f.is_file() and f not in before:
-            f.unlink()
-            back.append(str(f.relative_to(project)))
     for f, data in before.items():
-        if not f.is_file() or f.read_bytes() != data:
-            f.write_bytes(data)
+        now = f.read_bytes() if f.is_file() else None
+        if now != data:
+            if data is None:
+                f.unlink()
+            else:
+                f.write_bytes(data)
             back.append(str(f.relative_to(project)))
     return back
 
 
+def run_to_the_end(cmd: list[str], cwd: Path) -> int:
+    """``cmd`` in a process group of its own; a Ctrl-C or SIGTERM to lehr is passed to that group,
+    and lehr waits for it to finish (a stage saves its checkpoint) before it restores anything."""
+    child = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+    while True:
+        try:
+            return child.wait()
+        except BaseException as stop:  # KeyboardInterrupt, or lehr's Stopped on SIGTERM
+            sig = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, sig)
+            child.wait()
+            raise
+
+
 def run(project: Path, env: str, argv: list[str]) -> int:
     """``dvc exp run ARGV`` after checking its ``-S`` values; a workspace run then puts the workspace
-    back as it was (params as written, dvc.lock, reports and DVC's outputs), so the next experiment
-    starts from the same baseline. The experiment itself lives on in git (``dvc exp apply NAME``)."""
-    problems = check_sets(project, env, set_args(argv))
+    back as it was (the params files as written, dvc.lock, reports and DVC's outputs), so the next
+    experiment starts from the same baseline. The experiment itself lives on in git."""
+    sets = set_args(argv)
+    problems = check_sets(project, env, sets)
+    in_workspace = not {"--queue", "--temp", "--run-all"} & set(argv)
+    unrecorded = unrecorded_outputs(project) if in_workspace else []
+    if unrecorded:
+        problems.append(
+            f"{', '.join(unrecorded)} differ from what dvc.lock records (made by hand, e.g. by kedro run), "
+            "and a workspace experiment checks the recorded version out first: record them (`dvc commit` "
+            "and a git commit), or run the experiment with --queue or --temp"
+        )
     if problems:
         for p in problems:
             print(f"lehr: error: {p}", file=sys.stderr)
         print("lehr: nothing ran, nothing changed", file=sys.stderr)
         return 2
-    in_workspace = not {"--queue", "--temp"} & set(argv)
-    before = snapshot(project)
+    before = snapshot(project, sets)
     try:
-        rc = subprocess.run(["dvc", "exp", "run", *argv], cwd=project).returncode
+        rc = run_to_the_end(["dvc", "exp", "run", *argv], project)
     finally:
-        back = restore(project, before)
-        if in_workspace and back:
-            subprocess.run(["dvc", "checkout", "--force", "--quiet"], cwd=project, check=False)
+        back = restore(project, before) if in_workspace else []
+        # dvc.yaml's outputs only: the ladder's (ladder/dvc.yaml) are no experiment's business.
+        checkout_cmd = ["dvc", "checkout", "--force", "--quiet", "dvc.yaml"]
+        checkout = subprocess.run(checkout_cmd, cwd=project) if back else None
+    if checkout is not None and checkout.returncode != 0:
+        print(
+            "lehr: error: `dvc checkout` could not put DVC's outputs back: run it yourself", file=sys.stderr
+        )
+        return checkout.returncode
     if in_workspace and rc == 0:
+        name = argv[argv.index("-n") + 1] if "-n" in argv[:-1] else "NAME"
         print(
             "lehr: the workspace is back as it was (params, dvc.lock, reports, models), so the next "
-            "experiment starts from the same baseline; `python -m lehr experiments` compares them, "
-            "`dvc exp apply NAME` brings one into the workspace"
+            f"experiment starts from the same baseline. `python -m lehr experiments` compares them; "
+            f"`dvc exp apply {name}` brings this one's params, models and branch back into the workspace"
         )
     return rc
 
 
 # -- lehr experiments -----------------------------------------------------------------------------
-def git(project: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=project, capture_output=True, text=True, check=True).stdout
-
-
-def show(project: Path, rev: str, path: str) -> str | None:
-    out = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=project, capture_output=True, text=True)
-    return out.stdout if out.returncode == 0 else None
-
-
-def experiments_of(project: Path, baseline: str) -> list[tuple[str, str]]:
-    """(name, commit) of every experiment DVC saved on ``baseline``, oldest first."""
-    prefix = f"refs/exps/{baseline[:2]}/{baseline[2:]}/"
-    refs = git(project, "for-each-ref", "--sort=committerdate", "--format=%(refname) %(objectname)", prefix)
-    return [(ref[len(prefix) :], sha) for ref, sha in (line.split() for line in refs.splitlines())]
-
-
 def flat_params(project: Path, rev: str) -> dict[str, object]:
     """Every params file's keys at ``rev``, flattened: ``conf/base/parameters_anneal.yml:anneal.shape``."""
     out: dict[str, object] = {}

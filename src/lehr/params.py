@@ -96,7 +96,7 @@ class AnnealParams(Section, BranchConfig):
     """One anneal branch: the engine's branch settings (``BranchConfig``: its decay, data mix,
     fresh data seed and early stop) and the folder it trains into."""
 
-    branch: str  # folder under data/06_models/anneal; "" = derived from these params
+    branch: str  # the branch's folder ("" = derived from these params), in its home (docs/tracking.md)
     # What the branch starts from: pre_anneal (the stable phase's end) or one of its branch points,
     # tokens-<N> for each N in pretrain.branch_points.
     origin: str

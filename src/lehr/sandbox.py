@@ -94,7 +94,8 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None, 
 
 
 def own_work(sandbox: Path) -> list[str]:
-    """What a person made in a sandbox: commits after lehr's first, and DVC experiments."""
+    """What a person made in a sandbox: commits after lehr's first, DVC experiments, branches
+    trained by hand (never in git), and changes to the files git tracks."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=sandbox, capture_output=True, text=True).stdout.strip()
@@ -102,10 +103,14 @@ def own_work(sandbox: Path) -> list[str]:
     commits = int(git("rev-list", "--count", "--branches", "--tags") or 0) - 1
     exps = len(git("for-each-ref", "--format=%(refname)", "refs/exps").splitlines())
     queued = git("stash", "list", "refs/exps/celery/stash")  # DVC's queue
+    by_hand = [p.name for p in (sandbox / "data/06_models/branches").glob("[!.]*")]
+    edited = git("status", "--porcelain", "--untracked-files=no")
     return [
         *([f"{commits} commit(s) of your own"] if commits > 0 else []),
         *([f"{exps} experiment ref(s)"] if exps else []),
         *(["queued experiments"] if queued else []),
+        *([f"branches you trained ({', '.join(sorted(by_hand))})"] if by_hand else []),
+        *(["uncommitted changes"] if edited else []),
     ]
 
 

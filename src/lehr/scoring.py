@@ -135,7 +135,8 @@ def evaluate_models(
         )
     }
     samples, scored = [], {}
-    for name, path in models.items():
+    for i, (name, path) in enumerate(models.items(), 1):
+        log.info("evaluate: scoring %d/%d: %s", i, len(models), ".".join(name))
         model = first if path == pre_anneal else load_model(path, hw.device)
         with torch.no_grad():
             result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)

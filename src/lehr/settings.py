@@ -6,9 +6,10 @@ from kedro.config import OmegaConfigLoader
 
 from lehr.conf_visibility import ConfigInForce
 from lehr.project import profile_in_force
+from lehr.stage_lines import StageLines
 from lehr.tracking.hooks import MlflowTracking
 
-HOOKS = (ConfigInForce(), MlflowTracking())
+HOOKS = (ConfigInForce(), MlflowTracking(), StageLines())
 
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader

@@ -1,11 +1,7 @@
-"""The checks a stage makes once its data exists, made before any work with whatever data is
-there: the data mixes' tiers against the corpus's (or, without a corpus, the shards'), the branch
-points against the planned stable phase, the model's vocabulary against the tokenizer's.
-
-``lehr check``, ``lehr exp`` and every Kedro run (``conf_visibility.ConfigInForce``) call them,
-so a value the training stages would refuse is refused in seconds, before tokenize and shard run
-and before DVC removes or rewrites anything.
-"""
+"""The data mixes' tiers against the data there is (the corpus's tiers, or without a corpus the
+shards'), checked before any work: by ``lehr check`` and ``lehr exp`` before anything runs, and by
+every Kedro run that trains (``conf_visibility.ConfigInForce``), naming the parameter. Plain
+Python: every stage's hooks import it, so it imports nothing of the engine."""
 
 from __future__ import annotations
 
@@ -13,8 +9,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-from lehr.config_parts import from_mapping
-from lehr.params import PretrainParams
 from lehr.project import portable
 
 HELDOUT = "heldout"  # the corpus folder of held-out text, not a tier
@@ -65,30 +59,3 @@ def mix_problems(parameters: dict, corpus: Path, shards: Path) -> list[str]:
         for tier in mix
         if tier not in tiers
     ]
-
-
-def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
-    """The branch points against the planned stable phase and, with shards, the model's vocabulary
-    against their tokenizer's: what ``stable_config`` would refuse."""
-    from lehr.engine.model import preset
-    from lehr.run_config import branch_point_steps, model_config, stop_rule
-
-    try:
-        p = from_mapping(PretrainParams, section(parameters, "pretrain"), "pretrain")
-    except (KeyError, TypeError, ValueError):
-        return []  # ``check_all`` names what is wrong with the section itself
-    manifest_file = shards / "manifest.json"
-    try:
-        if manifest_file.is_file():
-            manifest = {**json.loads(manifest_file.read_text()), "root": str(shards)}
-            model = model_config(p, manifest)
-        else:  # no tokenizer yet: any vocabulary gives the context length
-            model = preset(p.model.preset, p.model.vocab_size or 256, **p.model.overrides)
-        branch_point_steps(p, p.batch_size, model.seq_len, stop_rule(p))
-    except ValueError as e:
-        return [str(e)]
-    return []
-
-
-def data_problems(parameters: dict, corpus: Path, shards: Path) -> list[str]:
-    return mix_problems(parameters, corpus, shards) + pretrain_problems(parameters, shards)

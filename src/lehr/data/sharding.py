@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from lehr.files.atomic import staged_dir, write_text_atomic
 
@@ -33,7 +34,7 @@ MANIFEST_FORMAT = 1
 Chunks = Callable[[], Iterator[np.ndarray]]  # a stream's tokens in order, a bounded chunk at a time
 
 
-def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int) -> list[dict]:
+def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int, bar: tqdm) -> list[dict]:
     """The stream's shards under ``folder/name``; returns their manifest entries."""
     entries: list[dict] = []
     (folder / name).mkdir(parents=True, exist_ok=True)
@@ -46,6 +47,7 @@ def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int) ->
         entries.append({"file": f"{name}/{len(entries):06d}.bin", "n_tokens": n, "sha256": h.hexdigest()})
 
     for chunk in chunks():
+        bar.update(len(chunk))
         while len(chunk):
             if f is None:
                 f, h, n = open(folder / name / f"{len(entries):06d}.bin", "wb"), hashlib.sha256(), 0
@@ -77,10 +79,14 @@ def write_shard_set(
     The new set is built beside ``root`` and swapped in whole, so a failed or killed write (disk
     full, kill -9) leaves the previous shard set as it was and no half-written one in its place.
     """
-    with staged_dir(Path(root)) as staging:
+    total = sum(s["n_tokens"] for s in stats.values())
+    with (
+        staged_dir(Path(root)) as staging,
+        tqdm(total=total, unit="tok", unit_scale=True, desc="shard", mininterval=1.0) as bar,
+    ):
         manifest_streams = {}
         for name in sorted(streams):
-            entries = _write_stream(staging, name, streams[name], shard_tokens)
+            entries = _write_stream(staging, name, streams[name], shard_tokens, bar)
             manifest_streams[name] = {"split": name.split("/")[0], **stats[name], "shards": entries}
         manifest = {
             "format": MANIFEST_FORMAT,

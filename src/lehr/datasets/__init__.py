@@ -6,6 +6,12 @@ from lehr.datasets.checkpoint_dataset import CheckpointDataset
 from lehr.datasets.corpus_dataset import CorpusDataset
 from lehr.datasets.ladder_rungs_dataset import LadderRungsDataset
 from lehr.datasets.path_dataset import RunDirDataset
+from lehr.datasets.report_datasets import (
+    AtomicCSVDataset,
+    AtomicJSONDataset,
+    AtomicMatplotlibDataset,
+    AtomicTextDataset,
+)
 from lehr.datasets.shards_dataset import ShardsDataset
 from lehr.datasets.task_files_dataset import TaskFilesDataset
 from lehr.datasets.token_streams_dataset import TokenStreamsDataset
@@ -13,6 +19,10 @@ from lehr.datasets.tokenizer_dataset import TokenizerDataset
 
 __all__ = [
     "AnnealBranchesDataset",
+    "AtomicCSVDataset",
+    "AtomicJSONDataset",
+    "AtomicMatplotlibDataset",
+    "AtomicTextDataset",
     "BranchPointsDataset",
     "CheckpointDataset",
     "CorpusDataset",

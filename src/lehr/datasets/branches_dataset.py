@@ -120,7 +120,7 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
             refuse_dvc_name(name, self._path)
         run_dir, target = Path(data["run_dir"]), home / name
         with locks.hold(target, "saving an anneal branch"):
-            recover(home, target.name)
+            recover(home)  # every dead writer's leftovers, not only this name's: none is ever versioned
             self._check_claimed(target, kind)
             # Nothing new (a finished run run again): the branch stays byte for byte, and mtime, as it was.
             with staged_dir(target, keep_if_same=True) as staging:

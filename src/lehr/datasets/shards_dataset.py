@@ -8,6 +8,7 @@ from kedro.io import AbstractDataset, DatasetError
 
 from lehr.data.sharding import ShardSpec
 from lehr.files import locks
+from lehr.files.atomic import recover
 
 
 class ShardsDataset(AbstractDataset[ShardSpec, dict]):
@@ -27,6 +28,9 @@ class ShardsDataset(AbstractDataset[ShardSpec, dict]):
         return self._path / "manifest.json"
 
     def load(self) -> dict:
+        # What a killed shard write left beside the shards (DVC may have restored them from its
+        # cache since, so no shard run would come to clear it): a dead writer's, never a live one's.
+        recover(self._path.parent, self._path.name)
         if not self.manifest_path.is_file():
             raise DatasetError(
                 f"{self.manifest_path} is missing: run the shard stage first (`dvc repro shard`)"

@@ -72,16 +72,27 @@ def _closure(entry: str) -> dict[str, str]:
         parent = name.rpartition(".")[0]
         if parent:
             todo.append(parent)
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                todo += [a.name for a in node.names if _ours(a.name)]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and _ours(node.module):
-                todo.append(node.module)
-                # ``from lehr.engine.artifacts import checkpoint`` imports a module, not a name
-                todo += [
-                    f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")
-                ]
+        todo += sorted(imported(Path(spec.origin), name))
+    return found
+
+
+def imported(path: Path, module: str) -> set[str]:
+    """The ``lehr`` modules the source file ``path`` (the module ``module``) imports, anywhere in it
+    (an import inside a function may run too), relative imports resolved; ``from a import b`` counts
+    ``a.b`` when that is a module. The one rule for the code identity and the tests of stage deps."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if _ours(a.name)}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if _ours(base):
+                found.add(base)
+                found |= {f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")}
     return found
 
 

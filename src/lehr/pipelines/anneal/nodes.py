@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr.datasets.branches_dataset import check_free
+from lehr.datasets.branches_dataset import check_free, run_by_dvc
 from lehr.engine.run.metrics import without_clock
+from lehr.experiment_refs import refuse_experiment_branch
 from lehr.params import AnnealParams, PretrainParams
 from lehr.reporting import read_curve, stage_metrics
 from lehr.training import anneal_job, origin_of, run_engine
@@ -27,7 +28,10 @@ def train_anneal(
 ) -> tuple[dict, dict]:
     origin = origin_of(anneal, pre_anneal, branch_points)
     cfg, branch = anneal_job(pretrain, anneal, shards, origin, anneal_runs, tasks)
-    check_free(branch, branches)  # before any work: a name DVC's stage holds is not one to train into
+    # Before any work: a name DVC's branch, or an experiment's, holds is not one to train into by hand.
+    check_free(branch, branches)
+    if not run_by_dvc("anneal"):
+        refuse_experiment_branch(branch, Path.cwd())
     summary = run_engine(cfg, pretrain)
     run_dir = Path(cfg.out_dir)
     # The branch is versioned by DVC: its curve goes without the clock readings (the run folder's keeps them).

@@ -4,6 +4,7 @@ which evaluate then scores like any other branch."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from lehr.engine.artifacts.soup import average
 from lehr.files.names import RULE, is_folder_name
 from lehr.params import SoupParams
 from lehr.tracking.provenance import branched_from
+
+log = logging.getLogger(__name__)
 
 
 def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
@@ -48,6 +51,7 @@ def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
             "it. Choose another soup.name."
         )
     run_dir = Path(tempfile.mkdtemp(prefix="lehr-soup-"))
+    log.info("soup: averaging the final weights of %s into branch %s", ", ".join(params.branches), name)
     average([branches[b] / "final" for b in params.branches], run_dir / "final")
     record = {"soup": dataclasses.asdict(params)}
     return {"branch": name, "run_dir": str(run_dir), "kind": "soup", "params": record}
