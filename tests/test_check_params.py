@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -111,3 +112,18 @@ def test_a_renamed_key_is_refused_naming_its_new_name(cls, section, old, new, co
     path.write_text(path.read_text().replace(f"  {new}:", f"  {old}:", 1))
     assert main(["check", "--env", "smoke"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_context_no_shard_can_hold_is_refused_naming_the_key_and_the_stream(tmp_path):
+    from lehr.experiments import context_problems
+
+    streams = {"train/gold": {"shards": [{"n_tokens": 100}, {"n_tokens": 50}]}}
+    (tmp_path / "manifest.json").write_text(json.dumps({"streams": streams}))
+    assert context_problems(99, tmp_path) == []  # a window of 100 tokens fits the first shard
+    (problem,) = context_problems(100, tmp_path)
+    assert (
+        "pretrain.model.overrides.seq_len" in problem
+        and "train/gold" in problem
+        and "longest: 100" in problem
+    )
+    assert context_problems(100, tmp_path / "none") == []  # no shards yet: nothing to check against

@@ -59,7 +59,21 @@ def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
         branch_point_steps(p, p.batch_size, model.seq_len, stop_rule(p))
     except ValueError as e:
         return [str(e)]
-    return []
+    return context_problems(model.seq_len, shards)
+
+
+def context_problems(seq_len: int, shards: Path) -> list[str]:
+    """A context longer than every shard of a stream (the engine's rule: a window needs seq_len + 1
+    tokens of one shard), checked against the manifest without opening a shard."""
+    manifest = shards / "manifest.json"
+    streams = json.loads(manifest.read_text())["streams"] if manifest.is_file() else {}
+    return [
+        f"parameter pretrain.model.overrides.seq_len (the model's context, {seq_len} tokens) is longer than "
+        f"every shard of {name} in {shards} (longest: {max(s['n_tokens'] for s in entry['shards'])} tokens): "
+        "lower it, or raise shard.shard_tokens and run shard again"
+        for name, entry in streams.items()
+        if entry.get("shards") and max(s["n_tokens"] for s in entry["shards"]) <= seq_len
+    ]
 
 
 def problems_of(project: Path, env: str, conf: Path | None = None) -> list[str]:

@@ -74,22 +74,27 @@ def plot_tasks(metrics: dict) -> plt.Figure:
         errs = [result["tasks"][t]["acc_stderr"] for t in tasks]
         ys = [i + m * height for i in range(len(tasks))]
         ax.barh(ys, accs, height, xerr=errs, label=model_label(name, current))
-        for y, acc, t in zip(ys, accs, tasks):
-            if acc < result["tasks"][t]["chance"]:
+        for y, acc, err, t in zip(ys, accs, errs, tasks):
+            # Below chance by more than its standard error and a point of accuracy (a chance of
+            # 1e-6 is no bar to fall under).
+            if acc + err < result["tasks"][t]["chance"] - 0.01:
                 below += 1
                 ax.text(acc + 0.01, y, "below chance", va="center", fontsize="x-small")
     for i, t in enumerate(tasks):
         chance = metrics["pre_anneal"]["tasks"][t]["chance"]
         ax.plot([chance, chance], [i - height / 2, i + 0.8 - height / 2], "k:", linewidth=1)
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(tasks))], tasks)
-    examples = ", ".join(f"{t} {metrics['pre_anneal']['tasks'][t].get('examples', '?')}" for t in tasks)
+    examples = [metrics["pre_anneal"]["tasks"][t].get("examples", "?") for t in tasks]
+    ax.set_yticks(
+        [i + 0.4 - height / 2 for i in range(len(tasks))],
+        [f"{t}\n({n} examples)" for t, n in zip(tasks, examples)],
+    )
     ax.set_xlabel(
         "accuracy on every example (bars: standard error; dotted: chance)"
         + (f"; {below} result(s) below chance" if below else "")
     )
     ax.set_xlim(0, 1)
     ax.legend(fontsize="small")
-    ax.set_title(f"lehr: task accuracy per model, evaluate stage (examples: {examples})", fontsize="medium")
+    ax.set_title("lehr: task accuracy per model (the evaluate stage, every example)", fontsize="medium")
     fig.tight_layout()
     return fig
 
@@ -192,9 +197,8 @@ def plot_ladder(fitted: dict) -> plt.Figure:
     if inside:
         iso.legend(fontsize="small")
     else:
-        iso.text(
-            0.5, 0.5, isoflop_absent(fitted), ha="center", va="center", wrap=True, transform=iso.transAxes
-        )
+        iso.axis("off")
+        iso.text(0.5, 0.5, isoflop_absent(fitted), ha="center", va="center", transform=iso.transAxes)
     fig.tight_layout()
     return fig
 
@@ -224,6 +228,6 @@ def isoflop_absent(fitted: dict) -> str:
     return (
         "isoFLOP view left out: at "
         + ", ".join(f"{v['flops']:.1e}" for v in views)
-        + " FLOPs the best size lies outside\nthe sizes measured (no optimum inside); "
+        + " FLOPs\nthe best size lies outside the sizes measured\n(no optimum inside them): "
         "add sizes around it (docs/ladder.md)"
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import huber, logsumexp
+from tqdm.auto import tqdm
 
 HUBER_DELTA = 1e-3
 PARAMS = ("a", "b", "e", "alpha", "beta")
@@ -113,7 +114,7 @@ def bootstrap(n, d, loss, law: Law, resamples: int, seed: int = 0) -> list[Law]:
         "beta": [law.beta],
     }
     laws = []
-    for _ in range(resamples):
+    for _ in tqdm(range(resamples), desc="bootstrap refits", unit="fit", mininterval=1.0):
         pick = rng.integers(0, len(loss), len(loss))
         try:
             laws.append(fit(n[pick], d[pick], loss[pick], start))
