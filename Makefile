@@ -55,7 +55,8 @@ smoke: setup
 test: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	$(BIN)/python -m pytest
+	# A worker per core, each test file on one worker (its module fixtures built once).
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 bench: setup
 	$(BIN)/python bench/scale.py

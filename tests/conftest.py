@@ -1,14 +1,20 @@
 """Shared fixtures: a small real corpus, its tokenizer and shards, and tiny training configs.
 
-Run everything with ``make test``; ``pytest -m "not slow"`` skips the end-to-end tests.
+Run everything with ``make test`` (pytest-xdist: a worker per core, each test file on one
+worker); ``pytest -m "not slow"`` skips the end-to-end tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,11 +41,39 @@ SMOKE_TOKENIZE = dict(
 )
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each worker's torch gets its share of the cores: two workers of two
+    threads each on two cores slowed tiny runs several-fold (OpenMP threads spin while they wait).
+    The stage commands and torchrun workers a test starts inherit the same share."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(share)
+        import torch
+
+        torch.set_num_threads(share)
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """``build(folder)`` run once per test session and shared by every pytest-xdist worker (each
+    worker runs its own session fixtures). Whoever builds holds a lock; the others wait and then
+    read it. Every user of it reads only: tests that change one copy it first."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, which every worker's own folder sits in
+    dest, done = base / name, base / f"{name}.built"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(dest, ignore_errors=True)  # a worker that failed part way
+            build(dest)
+            done.touch()
+    return dest
+
+
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("corpus") / "corpus"
-    build(out)
-    return out
+    return built_once(tmp_path_factory, "corpus", build)
 
 
 @pytest.fixture(scope="session")
@@ -51,33 +85,41 @@ def smoke_repo(tmp_path_factory, corpus_dir) -> Path:
     ``reference/anneal/<branch>.safetensors``, with the whole ``reference/pre_anneal`` folder and
     ``reference/dvc.lock``.
     """
-    path = make_repo(tmp_path_factory.mktemp("e2e") / "repo", corpus_dir)
-    out = sh(path, "dvc", "repro", extra_env={"LEHR_MLFLOW": "1"})
-    assert stages_run(out.stdout) == ["corpus", "tokenize", "shard", "pretrain_stable", "anneal", "evaluate"]
-    reference = path.parent / "reference"
-    (reference / "anneal").mkdir(parents=True)
-    shutil.copy2(path / "data/06_models/pre_anneal/model.safetensors", reference / "pre_anneal.safetensors")
-    shutil.copytree(path / "data/06_models/pre_anneal", reference / "pre_anneal")  # every file, to the byte
-    shutil.copy2(path / "dvc.lock", reference / "dvc.lock")
-    for branch in (path / "data/06_models/anneal").glob("[!.]*"):
-        shutil.copy2(branch / "final/model.safetensors", reference / "anneal" / f"{branch.name}.safetensors")
-    return path
+
+    def run(root: Path) -> None:
+        path = make_repo(root / "repo", corpus_dir)
+        out = sh(path, "dvc", "repro", extra_env={"LEHR_MLFLOW": "1"})
+        stages = ["corpus", "tokenize", "shard", "pretrain_stable", "anneal", "evaluate"]
+        assert stages_run(out.stdout) == stages
+        reference = root / "reference"
+        (reference / "anneal").mkdir(parents=True)
+        pre_anneal = path / "data/06_models/pre_anneal"
+        shutil.copy2(pre_anneal / "model.safetensors", reference / "pre_anneal.safetensors")
+        shutil.copytree(pre_anneal, reference / "pre_anneal")  # every file, to the byte
+        shutil.copy2(path / "dvc.lock", reference / "dvc.lock")
+        for branch in (path / "data/06_models/anneal").glob("[!.]*"):
+            weights = reference / "anneal" / f"{branch.name}.safetensors"
+            shutil.copy2(branch / "final/model.safetensors", weights)
+
+    return built_once(tmp_path_factory, "e2e", run) / "repo"
 
 
 @pytest.fixture(scope="session")
 def smoke_shards(tmp_path_factory, corpus_dir) -> Path:
     """Tokenizer + shards of ~120 KB per stream, built with the stage nodes themselves."""
-    root = tmp_path_factory.mktemp("data")
-    corpus = Corpus(corpus_dir)
-    params = TokenizeParams(**SMOKE_TOKENIZE)
-    tok = train_tokenizer(corpus, params)
-    TokenizerDataset(str(root / "tokenizer.json")).save(tok)
-    tokens = TokenStreamsDataset(str(root / "tokens"))
-    tokens.save(encode_corpus(corpus, tok, params, root / "tokens" / "parts"))
-    ShardsDataset(str(root / "shards")).save(
-        shard_streams(tokens.load(), tok, ShardParams(shard_tokens=4096))
-    )
-    return root / "shards"
+
+    def run(root: Path) -> None:
+        corpus = Corpus(corpus_dir)
+        params = TokenizeParams(**SMOKE_TOKENIZE)
+        tok = train_tokenizer(corpus, params)
+        TokenizerDataset(str(root / "tokenizer.json")).save(tok)
+        tokens = TokenStreamsDataset(str(root / "tokens"))
+        tokens.save(encode_corpus(corpus, tok, params, root / "tokens" / "parts"))
+        ShardsDataset(str(root / "shards")).save(
+            shard_streams(tokens.load(), tok, ShardParams(shard_tokens=4096))
+        )
+
+    return built_once(tmp_path_factory, "data", run) / "shards"
 
 
 @pytest.fixture
@@ -108,6 +150,25 @@ def tiny_config(smoke_shards, tmp_path):
         return TrainConfig(**{**base, **overrides})
 
     return make
+
+
+@pytest.fixture
+def trained(tmp_path_factory):
+    """A reference run trained once per session: ``trained(cfg, launch)`` is the run folder of
+    ``cfg`` (its out_dir aside) under ``launch``, shared by every test that asks for the same one.
+    Read it; a test that resumes or changes a run copies it into its own folder first."""
+    from lehr.engine.dist.launch import run
+
+    def get(cfg: TrainConfig, launch) -> Path:
+        key = {**cfg.to_dict(), "out_dir": None, "launch": dataclasses.asdict(launch)}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return built_once(
+            tmp_path_factory,
+            f"run-{digest}",
+            lambda dest: run(dataclasses.replace(cfg, out_dir=str(dest)), launch),
+        )
+
+    return get
 
 
 @pytest.fixture

@@ -91,6 +91,7 @@ def test_lm_eval_on_a_checkpoint_matches_lm_evals_hf_model_on_its_export(tiny_co
         env=offline,
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert ours.returncode == 0, ours.stderr[-3000:]
     assert "lehr_choice" in ours.stdout and "acc_norm" in ours.stdout  # the results table
@@ -101,6 +102,7 @@ def test_lm_eval_on_a_checkpoint_matches_lm_evals_hf_model_on_its_export(tiny_co
         env=offline,
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert ref.returncode == 0, ref.stderr[-3000:]
 

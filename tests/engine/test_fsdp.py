@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,34 +33,41 @@ def assert_close_runs(a: Path, b: Path, exact: bool = False) -> None:
     compare_runs.assert_same(a, b, exact=exact, rtol=RTOL, atol=ATOL, loss_atol=1e-4)
 
 
-def test_fsdp_trains_as_ddp_does_and_activation_checkpointing_changes_nothing(tiny_config, tmp_path):
-    two = Launch(nproc_per_node=2)
-    run(tiny_config(out_dir=str(tmp_path / "ddp"), **BASE), two)
-    fsdp = run(tiny_config(out_dir=str(tmp_path / "fsdp"), parallel="fsdp", **BASE), two)
-    assert fsdp["step"] == 16
-    assert_close_runs(tmp_path / "ddp", tmp_path / "fsdp")
+@pytest.fixture
+def straight(tiny_config, trained):
+    """The uninterrupted reference run of ``parallel`` on ``nproc`` processes, trained once per session."""
+    return lambda parallel, nproc: trained(
+        tiny_config(parallel=parallel, **BASE), Launch(nproc_per_node=nproc)
+    )
+
+
+def test_fsdp_trains_as_ddp_does_and_activation_checkpointing_changes_nothing(
+    tiny_config, tmp_path, straight
+):
+    ddp, fsdp = straight("ddp", 2), straight("fsdp", 2)
+    assert json.loads((fsdp / "final" / "state.json").read_text())["progress"]["step"] == 16
+    assert_close_runs(ddp, fsdp)
     run(
         tiny_config(
             out_dir=str(tmp_path / "fsdp-ac"), parallel="fsdp", activation_checkpointing="blocks", **BASE
         ),
-        two,
+        Launch(nproc_per_node=2),
     )
-    assert_close_runs(tmp_path / "fsdp", tmp_path / "fsdp-ac", exact=True)  # recomputed, not changed
+    assert_close_runs(fsdp, tmp_path / "fsdp-ac", exact=True)  # recomputed, not changed
     # Rolling checkpoints are DCP shards, one file per rank, committed with every file's sha256.
-    latest = Rolling(tmp_path / "fsdp" / "checkpoints", 2).latest_valid()
+    latest = Rolling(fsdp / "checkpoints", 2).latest_valid()
     path, state = latest
     assert {"dcp/__0_0.distcp", "dcp/__1_0.distcp", "dcp/.metadata"} <= set(state["files"])
     assert state["parallel"] == "fsdp" and state["progress"]["world_sizes"] == [[0, 2]]
 
 
-def test_fsdp_resume_is_exact_at_the_same_process_count(tiny_config, tmp_path):
+def test_fsdp_resume_is_exact_at_the_same_process_count(tiny_config, tmp_path, straight):
     two = Launch(nproc_per_node=2)
     cfg = dict(parallel="fsdp", **BASE)
-    run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), two)
     run(tiny_config(out_dir=str(tmp_path / "chunked"), end_step=6, **cfg), two)
     summary = run(tiny_config(out_dir=str(tmp_path / "chunked"), **cfg), two)
     assert summary["mode"] == "resume"
-    assert_close_runs(tmp_path / "straight", tmp_path / "chunked", exact=True)
+    assert_close_runs(straight("fsdp", 2), tmp_path / "chunked", exact=True)
 
 
 @pytest.mark.parametrize(
@@ -72,26 +80,29 @@ def test_fsdp_resume_is_exact_at_the_same_process_count(tiny_config, tmp_path):
         (("fsdp", 2), ("ddp", 2)),  # and the reverse
     ],
 )
-def test_resume_across_process_counts_and_parallel_kinds(tiny_config, tmp_path, first, then):
+def test_resume_across_process_counts_and_parallel_kinds(
+    tiny_config, tmp_path, trained, straight, first, then
+):
     (kind_a, n_a), (kind_b, n_b) = first, then
-    run(tiny_config(out_dir=str(tmp_path / "straight"), parallel=kind_a, **BASE), Launch(nproc_per_node=n_a))
-    out = str(tmp_path / "moved")
-    run(tiny_config(out_dir=out, parallel=kind_a, end_step=8, **BASE), Launch(nproc_per_node=n_a))
-    summary = run(tiny_config(out_dir=out, parallel=kind_b, **BASE), Launch(nproc_per_node=n_b))
+    out = tmp_path / "moved"  # the first half, shared with the other cases that start the same way
+    shutil.copytree(
+        trained(tiny_config(parallel=kind_a, end_step=8, **BASE), Launch(nproc_per_node=n_a)), out
+    )
+    summary = run(tiny_config(out_dir=str(out), parallel=kind_b, **BASE), Launch(nproc_per_node=n_b))
     assert summary["mode"] == "resume" and summary["resumed_from"].endswith("step_00000008")
-    assert_close_runs(tmp_path / "straight", tmp_path / "moved")
+    assert_close_runs(straight(kind_a, n_a), out)
     state = json.loads((tmp_path / "moved" / "final" / "state.json").read_text())
     history = [[0, n_a]] + ([[8, n_b]] if n_b != n_a else [])
     assert state["progress"]["world_sizes"] == history and state["world_size"] == n_b
 
 
-def test_fsdp_shards_the_optimizer_state(tiny_config, tmp_path):
+def test_fsdp_shards_the_optimizer_state(straight):
     """Each rank writes about half of AdamW's moments: the bytes of optimizer state in each rank's
     DCP file, read from the checkpoint's own index."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    run(tiny_config(out_dir=str(tmp_path / "fsdp"), parallel="fsdp", **BASE), Launch(nproc_per_node=2))
-    path, _ = Rolling(tmp_path / "fsdp" / "checkpoints", 2).latest_valid()
+    fsdp = straight("fsdp", 2)
+    path, _ = Rolling(fsdp / "checkpoints", 2).latest_valid()
     index = FileSystemReader(str(path / "dcp")).read_metadata().storage_data
     per_file: dict[str, int] = {}
     for key, info in index.items():
@@ -103,23 +114,22 @@ def test_fsdp_shards_the_optimizer_state(tiny_config, tmp_path):
         assert 0.4 < size / total < 0.6, per_file
     # ...and together they are the whole state a DDP rank holds on its own (each stored shard and
     # AdamW step counter also carries a serialisation header of its own).
-    whole = torch.load(tmp_path / "fsdp" / "final" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
+    whole = torch.load(fsdp / "final" / "optimizer.pt", weights_only=True)["optimizer"]["state"]
     moments = sum(t.numel() * t.element_size() for s in whole.values() for k, t in s.items() if k != "step")
     assert 0.95 < total / moments < 1.25, (total, moments)
 
 
-def test_fsdp_on_one_process_is_one_shard(tiny_config, tmp_path):
-    one = run(tiny_config(out_dir=str(tmp_path / "one"), parallel="fsdp", **BASE), Launch(nproc_per_node=1))
-    run(tiny_config(out_dir=str(tmp_path / "plain"), **BASE), Launch(nproc_per_node=1))
-    assert one["step"] == 16
-    assert_close_runs(tmp_path / "one", tmp_path / "plain", exact=True)
+def test_fsdp_on_one_process_is_one_shard(straight):
+    one = straight("fsdp", 1)
+    assert json.loads((one / "final" / "state.json").read_text())["progress"]["step"] == 16
+    assert_close_runs(one, straight("ddp", 1), exact=True)
 
 
-def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_config, tmp_path):
+def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_config, tmp_path, straight):
     """A real SIGKILL while a save is in flight: the staging folder is cleared at the next start,
-    the newest committed checkpoint verifies, and the run resumes from it to the same weights."""
+    the newest committed checkpoint verifies, and the run resumes from it to the same weights as
+    the uninterrupted run with synchronous saves (an async save changes no number)."""
     cfg = dict(parallel="fsdp", async_save=True, **BASE)
-    run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), Launch(nproc_per_node=2))
     job, killed = tmp_path / "job.json", tiny_config(out_dir=str(tmp_path / "killed"), **cfg)
     proc = detached.start(killed, job, 2, {SLOW_WRITE_ENV: "3"})
     checkpoints = tmp_path / "killed" / "checkpoints"
@@ -133,13 +143,12 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     summary = run(tiny_config(out_dir=str(tmp_path / "killed"), **cfg), Launch(nproc_per_node=2))
     assert summary["resumed_from"].endswith("step_00000004")
     assert not list(checkpoints.glob(".tmp-*"))
-    assert_close_runs(tmp_path / "straight", tmp_path / "killed", exact=True)
+    assert_close_runs(straight("fsdp", 2), tmp_path / "killed", exact=True)
 
 
-def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path):
+def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path, straight):
     """Two launchers with nnodes=2 rendezvous on 127.0.0.1, one gloo worker each: an FSDP run
     stopped part way and resumed gives the one-machine run's training."""
-    run(tiny_config(out_dir=str(tmp_path / "one-machine"), parallel="fsdp", **BASE), Launch(nproc_per_node=2))
     launcher = (
         "import json, sys; from lehr.engine.dist.launch import Launch, run; from lehr.engine.config import "
         "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=1, nnodes=2, "
@@ -168,4 +177,4 @@ def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path):
     two_nodes()
     state = json.loads((tmp_path / "two-nodes" / "final" / "state.json").read_text())
     assert state["world_size"] == 2 and state["progress"]["step"] == 16
-    assert_close_runs(tmp_path / "one-machine", tmp_path / "two-nodes", exact=True)
+    assert_close_runs(straight("fsdp", 2), tmp_path / "two-nodes", exact=True)

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.e2e import dir_hash, make_repo, sh
+from tests.e2e import dir_hash, sh
 
 pytestmark = pytest.mark.slow
 
@@ -15,10 +15,10 @@ GUARDED = ("data/02_intermediate", "data/03_primary", "data/04_feature", "data/0
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, corpus_dir):
-    path = make_repo(tmp_path_factory.mktemp("bad") / "repo", corpus_dir)
-    for stage in ("tokenize", "shard", "pretrain_stable", "anneal"):
-        sh(path, "dvc", "repro", stage)
+def repo(tmp_path_factory, smoke_repo):
+    """A copy of the session's finished smoke run: every stage's artifacts to guard."""
+    path = tmp_path_factory.mktemp("bad") / "repo"
+    shutil.copytree(smoke_repo, path, symlinks=True)
     return path
 
 
