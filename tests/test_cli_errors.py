@@ -289,3 +289,14 @@ def test_ctrl_c_and_sigterm_during_training_end_the_stage_in_one_line(tmp_path, 
         assert last.endswith(": run the stage again to resume") and "checkpoint is saved in" in last
         assert "Traceback" not in stderr and "No nodes ran" not in stderr and " ERROR " not in stderr
     assert "resumed from checkpoint" in stderr
+
+
+def test_ladder_predict_refuses_what_is_no_count_and_says_when_it_extrapolates(capsys):
+    fit = ["--fit", str(ROOT / "data/08_reporting/ladder.json")]
+    for params, tokens in (("0", "1e6"), ("-5", "1e6"), ("nan", "1e6"), ("2e6", "inf"), ("2e6", "0")):
+        assert main(["ladder", "predict", "--params", params, "--tokens", tokens, *fit]) == 2
+        assert "is no count to predict at: give a positive, finite number" in capsys.readouterr().err
+    assert main(["ladder", "predict", "--params", "1e300", "--tokens", "1e6", *fit]) == 0
+    out, err = capsys.readouterr()
+    assert "1e+300 parameters" in out and "note: an extrapolation: the ladder's largest model is" in out
+    assert "nan" not in out and "inf" not in out and not err

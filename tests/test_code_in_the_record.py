@@ -2,10 +2,12 @@
 engine retrains nothing and rewrites nothing; a change to its math is refused, naming the file,
 until the operator says to go on, and then the record names both; a soup named out of its
 folder, a stray parameters file and an unknown profile are each refused in one line with
-everything left as it was. (Two fresh runs of one commit making one dvc.lock: test_sandbox.py.)"""
+everything left as it was. (Two fresh runs of one commit making one dvc.lock: test_readme_tour.py.)"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 
 import pytest
@@ -118,3 +120,21 @@ def test_dvc_and_kedro_read_the_same_parameters_under_every_profile(repo):
         else:
             assert check.returncode == 0, check.stderr
             assert "conf/local/parameters_anneal.yml sets anneal, which a run under the" in check.stdout
+
+
+def test_an_edit_in_the_workspace_is_what_runs_and_what_the_record_names(repo, tmp_path):
+    """The virtualenv's lehr is the project checkout's; this workspace (a copy) has its own src.
+    `python -m lehr`, the `lehr` script and DVC's corpus stage all run the workspace's code."""
+    edited = repo / "src/lehr/data/bundled_corpus.py"
+    edited.write_text(
+        edited.read_text() + '\nprint("the edit in this workspace ran", file=__import__("sys").stderr)\n'
+    )
+    for cmd in (["python", "-m", "lehr"], ["lehr"]):
+        out = sh(repo, *cmd, "corpus", "--out", str(tmp_path / "corpus"))
+        assert "the edit in this workspace ran" in out.stderr, out.stderr[-2000:]
+    assert json.loads(sh(repo, "dvc", "status", "corpus", "--json").stdout)  # DVC sees the edit...
+    out = sh(repo, "dvc", "repro", "corpus")
+    assert "the edit in this workspace ran" in out.stdout + out.stderr  # ...and runs it
+    deps = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]["corpus"]["deps"]
+    recorded = next(d["md5"] for d in deps if d["path"] == "src/lehr/data/bundled_corpus.py")
+    assert recorded == hashlib.md5(edited.read_bytes()).hexdigest()

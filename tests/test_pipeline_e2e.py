@@ -6,6 +6,7 @@ stable phase that resumes to the same weights."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -77,6 +78,11 @@ def test_repro_builds_every_artifact_and_a_second_repro_is_a_no_op(repo):
     assert set(stable["tiers"]) == {"gold", "silver"} and all(
         t["epochs"] > 0 for t in stable["tiers"].values()
     )
+    # The clock's figures go where neither DVC nor git looks.
+    assert "wall_seconds" not in stable and "tok_per_s" not in stable
+    timing = json.loads((repo / "data/08_reporting/timing/stable.json").read_text())
+    assert timing["wall_seconds"] > 0 and timing["tok_per_s"] > 0
+    assert "timing" not in sh(repo, "git", "status", "--porcelain", "--ignored=no").stdout
     again = sh(repo, "dvc", "repro")
     assert stages_run(again.stdout) == [] and "is cached" not in again.stdout
 
@@ -95,7 +101,8 @@ def test_every_stage_run_is_tracked_with_provenance(repo):
     assert stable["params.pretrain.model.preset"] == "tiny"
     assert "sha256:" in stable["tags.artifact.pre_anneal"]
     artifacts = {a.path for a in client.list_artifacts(stable.run_id, "reports")}
-    assert "reports/stable_metrics.json" in artifacts
+    assert {"reports/stable_metrics.json", "reports/stable.json"} <= artifacts  # stable.json: the timing
+    assert stable["tags.version.tokenizers"] == importlib.metadata.version("tokenizers")
 
 
 def test_info_cli_names_the_commit_config_and_data(repo):

@@ -59,6 +59,11 @@ def test_outs_and_data_deps_are_catalog_paths():
                 assert dep in catalog_paths, f"{stage}: dep {dep} is not a catalog path"
 
 
+# What the clock said of the training stages (data/08_reporting/timing/): versioned by nothing, so
+# that a fresh run reproduces every versioned file (MLflow keeps them).
+CLOCK_READINGS = {"stable_timing", "anneal_timing"}
+
+
 def test_every_catalog_output_is_a_dvc_out(pipelines):
     declared = {
         p
@@ -68,7 +73,7 @@ def test_every_catalog_output_is_a_dvc_out(pipelines):
     }
     for stage in KEDRO_STAGES:
         for output in pipelines[stage].outputs():
-            if output in PATHS:
+            if output in PATHS and output not in CLOCK_READINGS:
                 assert PATHS[output] in declared, f"{output} ({PATHS[output]}) is written but not a DVC out"
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -113,16 +114,24 @@ def _info(args: argparse.Namespace) -> int:
         "tokenizer sha256": state["tokenizer_sha256"],
         "world size": state["world_size"],
         "device": state["device"],
-        "torch": state["torch"],
         "cuda": state["cuda"],
+        "made under": ", ".join(
+            f"{k} {v}" for k, v in state.get("versions", {"torch": state["torch"]}).items()
+        ),
         "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
     }
+    from lehr import versions
+
+    other = versions.differing(state.get("versions"))
+    if other:
+        lines["versions here differ"] = ", ".join(other)
     # Which code and commit trained which steps (a resume under new code, a branch's origin).
     for i, part in enumerate(prog.get("trained_by", [])):
         until = prog["trained_by"][i + 1]["from_step"] if i + 1 < len(prog["trained_by"]) else prog["step"]
         lines[f"trained steps {part['from_step']}-{until} by"] = (
             f"code {part['code_sha256'][:16]} at commit {part['git_commit']}"
             + (" (dirty)" if part.get("git_dirty") else "")
+            + "".join(f", {k} {v}" for k, v in part.get("versions", {}).items() if k != "python")
         )
     lines.update({f"held-out heldout.{k}": f"{v:.4f}" for k, v in ev.get("heldout", {}).items()})
     lines.update({f"input {path}": digest for path, digest in prov.get("inputs", {}).items()})
@@ -250,10 +259,24 @@ def _ladder(args: argparse.Namespace) -> int:
     if "loss_interval" in r:
         loss += " [{:.4f}, {:.4f}]".format(*r["loss_interval"])
         bpb += " [{:.4f}, {:.4f}]".format(*r["bpb_interval"])
+
+    def count(x: float) -> str:
+        return f"{x:,.0f}" if x < 1e15 else f"{x:.3g}"
+
     print(
-        f"{args.params:,.0f} parameters, {args.tokens:,.0f} tokens: held-out loss {loss}, {bpb} "
+        f"{count(args.params)} parameters, {count(args.tokens)} tokens: held-out loss {loss}, {bpb} "
         "(95% interval)"
     )
+    for what, largest in r["beyond"].items():
+        size = (
+            f"model is {count(largest)} parameters"
+            if what == "n_params"
+            else f"budget is {count(largest)} tokens"
+        )
+        print(
+            f"note: an extrapolation: the ladder's largest {size}; the interval covers the fit's "
+            "uncertainty, not whether the law holds that far"
+        )
     return 0
 
 
@@ -594,8 +617,41 @@ class Help(argparse.ArgumentDefaultsHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+REEXEC = "LEHR_WORKSPACE_CODE"  # set for the one re-run under the workspace's code
+
+
+def run_the_workspaces_code(argv: list[str]) -> None:
+    """At a lehr project's root, run that project's ``src/lehr``, as Kedro does for its stages.
+    The ``lehr`` a virtualenv installed may be another checkout's (a sandbox shares the project's
+    virtualenv), and an edit in this workspace would then not run while its records named it. So
+    the command runs again with the workspace's ``src`` first; if that still imports another lehr,
+    it is refused, naming both."""
+    src = Path.cwd() / "src"
+    if not (src / "lehr" / "__main__.py").is_file():
+        return  # not at a lehr project's root: whichever lehr is installed is the one meant
+    running = Path(__file__).resolve().parent
+    if running == (src / "lehr").resolve():
+        os.environ.pop(REEXEC, None)  # its children decide for themselves
+        return
+    if os.environ.get(REEXEC):
+        raise SystemExit(
+            f"lehr: error: this is the lehr in {running}, but the project here runs {src / 'lehr'}; with "
+            f"PYTHONPATH={src} it still imported the other. Run the commands with this project's own "
+            "virtualenv (make setup), or from the project the virtualenv belongs to."
+        )
+    pythonpath = os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))
+    os.execve(
+        sys.executable,
+        [sys.executable, "-m", "lehr", *argv],
+        {**os.environ, "PYTHONPATH": pythonpath, REEXEC: "1"},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     from lehr.errors import VALIDATOR, Stopped, quiet_errors, stop_on_signals
+
+    if argv is None:  # a command line, not a call from Python
+        run_the_workspaces_code(sys.argv[1:])
 
     parser = argparse.ArgumentParser(
         prog="lehr",

@@ -82,11 +82,15 @@ def problems_of(project: Path, env: str, conf: Path | None = None) -> list[str]:
     from lehr.conf_visibility import untracked
     from lehr.params_check import check_all
     from lehr.project import catalog_paths
-    from lehr.stage_checks import mix_problems
+    from lehr.stage_checks import corpus_problems, mix_problems
 
     parameters = load_parameters(conf or project / "conf", env)
     paths = catalog_paths(project, env)
-    problems = check_all(parameters) + mix_problems(parameters, paths["corpus"], paths["shards"])
+    problems = (
+        check_all(parameters)
+        + mix_problems(parameters, paths["corpus"], paths["shards"])
+        + corpus_problems(paths["corpus"])
+    )
     problems += pretrain_problems(parameters, paths["shards"])
     return problems + untracked(project, env)
 

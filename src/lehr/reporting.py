@@ -17,7 +17,8 @@ import pandas as pd
 
 def stage_metrics(summary: dict, **own) -> dict:
     """A training stage's metrics: the figures only that stage has (``own``), then those of every
-    run, then the last held-out eval per source."""
+    run, then the last held-out eval per source. No clock reading: DVC versions these, and the
+    same configuration, data and code must give the same file (``stage_timing`` has the clock)."""
     heldout = summary["heldout"] or {}
     return {
         **own,
@@ -25,10 +26,18 @@ def stage_metrics(summary: dict, **own) -> dict:
         "tokens": summary["tokens"],
         "skipped_steps": summary["skips_total"],
         "skipped_spikes": summary["spikes_total"],
-        "wall_seconds": summary["wall_seconds"],
-        "tok_per_s": summary["tok_per_s"],
         "tiers": summary["tiers"],
         **{source: m for source, m in heldout.items() if isinstance(m, dict)},
+    }
+
+
+def stage_timing(summary: dict) -> dict:
+    """What the clock said of a training stage's whole run (every attempt of a resumed one): for
+    data/08_reporting/timing/, which neither git nor DVC versions, and MLflow."""
+    return {
+        "step": summary["step"],
+        "wall_seconds": summary["wall_seconds"],
+        "tok_per_s": summary["tok_per_s"],
     }
 
 
@@ -116,7 +125,6 @@ def plot_curves(
             "loss",
             "lr",
             "grad_norm",
-            "tok_per_s",
             "heldout.loss",
             "heldout.bpb",
         )

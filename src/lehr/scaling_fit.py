@@ -51,7 +51,8 @@ class Law:
     beta: float
 
     def loss(self, n: np.ndarray | float, d: np.ndarray | float) -> np.ndarray:
-        return self.E + self.A / np.power(n, self.alpha) + self.B / np.power(d, self.beta)
+        with np.errstate(over="ignore"):  # a power past float range is a term of 0: the limit it tends to
+            return self.E + self.A / np.power(n, self.alpha) + self.B / np.power(d, self.beta)
 
     def optimal(self, flops: float, flops_per_param_token: float = 6.0) -> tuple[float, float]:
         """N*(C) and D*(C) minimising L under C = k N D (k = 6: the usual count), as Hoffmann et al.'s
@@ -273,11 +274,23 @@ def predict(fitted: dict, n_params: float, tokens: float) -> dict:
         raise FitError(
             f"the ladder's fit has no law to predict with ({fitted.get('status')}): run `make ladder`"
         )
+    for name, value in (("--params", n_params), ("--tokens", tokens)):
+        if not (math.isfinite(value) and value > 0):
+            raise FitError(
+                f"{name} {value} is no count to predict at: give a positive, finite number (e.g. 2e6)"
+            )
     law = Law(**fitted["law"])
     loss = float(law.loss(n_params, tokens))
     # nats -> bits per byte: the ratio every endpoint shows (one set of held-out windows)
     per = float(np.median([p["bpb"] / p["loss"] for p in fitted["points"]]))
     out = {"n_params": n_params, "tokens": tokens, "loss": loss, "bpb": loss * per}
+    # Past the ladder's largest rung or budget the law extrapolates: the interval says how well
+    # the rungs pin it, not whether the law still holds there.
+    largest = {
+        "n_params": max(p["n_params"] for p in fitted["points"]),
+        "tokens": max(p["tokens"] for p in fitted["points"]),
+    }
+    out["beyond"] = {k: largest[k] for k, v in (("n_params", n_params), ("tokens", tokens)) if v > largest[k]}
     samples = [Law(**w) for w in fitted.get("bootstrap_laws", [])]
     if len(samples) >= 10:
         losses = [float(w.loss(n_params, tokens)) for w in samples]

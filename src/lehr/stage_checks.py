@@ -47,6 +47,13 @@ def mixes(parameters: dict) -> dict[str, dict]:
     return out
 
 
+def corpus_problems(corpus: Path) -> list[str]:
+    """Entries of the corpus that are no files to read (a FIFO, a device, a socket)."""
+    from lehr.data.corpus import special_files
+
+    return special_files(corpus) if corpus.is_dir() else []
+
+
 def mix_problems(parameters: dict, corpus: Path, shards: Path) -> list[str]:
     found = tiers_on_disk(corpus, shards)
     if found is None or not found[0]:

@@ -6,6 +6,8 @@ changes in a sandbox, and two clones of one commit, are in ``test_code_in_the_re
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -25,13 +27,17 @@ from lehr.data.token_store import TokenStoreError, load
 from lehr.datasets import CheckpointDataset, TokenStreamsDataset
 from lehr.datasets.branches_dataset import AnnealBranchesDataset
 from lehr.engine.artifacts import code_identity
+from lehr.engine.artifacts.checkpoint import CheckpointError
+from lehr.engine.config import Launch
+from lehr.engine.dist.launch import run
 from lehr.engine.evals.tasks import TaskError, read_task
 from lehr.engine.run.loop import train
-from lehr.engine.run.metrics import timing
+from lehr.engine.run.metrics import CLOCK_KEYS, timing
 from lehr.files import locks
 from lehr.params import AnnealParams, PretrainParams, SoupParams
 from lehr.pipelines.soup.nodes import make_soup
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
+from lehr.stage_checks import corpus_problems
 from tests import ROOT
 from tests.conftest import SMOKE_TOKENIZE
 from tests.e2e import dir_hash
@@ -94,17 +100,23 @@ def test_soups_refuse_mixed_origins_a_trained_name_and_a_folder_lehr_did_not_mak
     victim = root / "mine"
     victim.mkdir()
     (victim / "notes.txt").write_text("my notes\n")
-    soup = make_soup(branches, SoupParams(branches=["a", "b"], name=""))
+
+    def soup() -> dict:
+        return make_soup(branches, SoupParams(branches=["a", "b"], name=""))
+
     with pytest.raises(Exception, match=r"mine exists and lehr did not make it .* never writes into"):
-        AnnealBranchesDataset(str(root)).save({**soup, "branch": "mine"})
+        AnnealBranchesDataset(str(root)).save({**soup(), "branch": "mine"})
     with pytest.raises(Exception, match=r"a is a trained anneal branch: a soup may not take its name"):
-        AnnealBranchesDataset(str(root)).save({**soup, "branch": "a"})
+        AnnealBranchesDataset(str(root)).save({**soup(), "branch": "a"})
     assert (victim / "notes.txt").read_text() == "my notes\n" and sorted(
         p.name for p in victim.iterdir()
     ) == ["notes.txt"]
-    AnnealBranchesDataset(str(root)).save(soup)  # its own name: made, and made again in place
-    AnnealBranchesDataset(str(root)).save(soup)
+    for _ in range(2):  # its own name: made, and made again in place
+        made = soup()
+        AnnealBranchesDataset(str(root)).save(made)
+        assert not Path(made["run_dir"]).exists()  # the averaged weights' scratch folder went
     assert "soup-a-b" in AnnealBranchesDataset(str(root)).load()
+    assert (root / "soup-a-b" / "final" / "model.safetensors").is_file()
 
 
 def test_branches_left_out_are_each_named(tiny_config, tmp_path, caplog):
@@ -154,9 +166,12 @@ def test_a_resumed_run_reports_the_whole_runs_wall_time_and_tok_per_s(tiny_confi
     run = dict(out_dir=str(tmp_path / "run"), anneal_start=20, anneal_steps=20)
     part = train(tiny_config(end_step=20, **run))
     whole = train(tiny_config(**run))
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "run" / "timing.jsonl").read_text().splitlines()]
     assert whole["wall_seconds"] == round(sum(r["seconds"] for r in records), 1) > part["wall_seconds"]
-    assert (whole["wall_seconds"], whole["tok_per_s"]) == timing(tmp_path / "run" / "metrics.jsonl")
+    assert (whole["wall_seconds"], whole["tok_per_s"]) == timing(tmp_path / "run")
+    # What the run computed holds no clock reading: DVC versions it, and a rerun must match it.
+    computed = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert computed and not any(k in json.loads(line) for line in computed.splitlines() for k in CLOCK_KEYS)
 
 
 def test_a_resume_saves_the_optimizer_state_in_the_same_bytes(tiny_config, tmp_path):
@@ -240,6 +255,23 @@ def test_symlinked_folders_are_followed_and_loops_named(tmp_path, caplog):
     assert files == ["gold/own.txt", "silver/speeches/one.txt"]
     assert "silver/speeches/loop: a symlink loop" in caplog.text
     assert "dangling.txt: a symlink to" in caplog.text and "does not exist" in caplog.text
+
+
+def test_a_fifo_or_a_link_to_a_device_in_the_corpus_is_named_not_skipped(tmp_path):
+    """Either would never end to read, and DVC hangs hashing it: tokenize refuses and lehr check
+    (corpus_problems) names each, with the fix."""
+    root = tmp_path / "corpus"
+    (root / "gold").mkdir(parents=True)
+    (root / "gold" / "own.txt").write_text("own text\n")
+    os.mkfifo(root / "gold" / "pipe.txt")
+    (root / "gold" / "zeros.jsonl").symlink_to("/dev/zero")
+    problems = corpus_problems(root)
+    assert len(problems) == 2
+    assert "gold/pipe.txt is a FIFO (named pipe), not a regular file" in problems[0]
+    assert "zeros.jsonl (a symlink to /dev/zero) is a character device" in problems[1]
+    assert all("DVC would hang hashing it. Move it out of the corpus folder." in p for p in problems)
+    with pytest.raises(CorpusError, match=r"pipe.txt is a FIFO .* Move it out of the corpus folder"):
+        Corpus(root).files()
 
 
 def _swapped(tiny_config, tmp_path) -> Path:
@@ -345,3 +377,82 @@ def test_lm_eval_without_the_hub_says_so_in_one_line(tiny_config, tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "lm-eval could not fetch the data of hellaswag" in proc.stderr and "--include-path" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_parts_encoded_under_other_versions_are_refused_unless_the_setting_says_reuse(corpus_dir, tmp_path):
+    """A part whose record says another tokenizers encoded it (as a run before an upgrade leaves
+    it) is not reused silently: refused naming both versions, or reused and named in the index."""
+    root = _corpus(corpus_dir, tmp_path)
+    tok = train_tokenizer(Corpus(root), TokenizeParams(**SMOKE_TOKENIZE))
+    _encode(root, tmp_path, tok)
+    index = json.loads((tmp_path / "tokens" / "streams.json").read_text())
+    assert index["versions"]["tokenizers"] == importlib.metadata.version("tokenizers")
+    record = sorted((tmp_path / "tokens" / "parts").glob(".*.resume"))[0]
+    made = json.loads(record.read_text())
+    record.write_text(json.dumps({**made, "versions": {**made["versions"], "tokenizers": "0.23.2"}}))
+    before = dir_hash(tmp_path / "tokens")
+    with pytest.raises(
+        TokenStoreError, match=r"tokenizers 0\.23\.2 \(here [\d.]+\).*reuse_under_new_versions"
+    ):
+        _encode(root, tmp_path, tok)
+    assert dir_hash(tmp_path / "tokens") == before
+    _encode(root, tmp_path, tok, reuse_under_new_versions=True)
+    index = json.loads((tmp_path / "tokens" / "streams.json").read_text())
+    assert [v["tokenizers"] for v in index["reused_under_other_versions"].values()] == ["0.23.2"]
+
+
+def test_a_resume_under_other_versions_is_refused_unless_allowed_and_then_recorded(tiny_config, tmp_path):
+    train(tiny_config(end_step=10, planned_steps=20))
+    state_file = tmp_path / "run" / "checkpoints" / "step_00000010" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["versions"]["numpy"] == importlib.metadata.version("numpy")
+    # The checkpoint as an environment with another numpy would have written it, checksum and all.
+    old = {**state["versions"], "numpy": "1.26.4"}
+    state["progress"]["trained_by"][0]["versions"] = old
+    text = json.dumps({**state, "versions": old}, indent=1)
+    state_file.write_text(text)
+    (state_file.parent / "state.json.sha256").write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    with pytest.raises(
+        CheckpointError, match=r"other versions \(numpy 1\.26\.4 \(here [\d.]+\)\).*resume_under_new_code"
+    ):
+        train(tiny_config(planned_steps=20))
+    summary = train(tiny_config(planned_steps=20, resume_under_new_code=True))
+    assert summary["mode"] == "resume"
+    trained_by = json.loads((tmp_path / "run" / "final" / "state.json").read_text())["progress"]["trained_by"]
+    assert [(t["from_step"], t["versions"]["numpy"]) for t in trained_by] == [
+        (0, "1.26.4"),
+        (10, importlib.metadata.version("numpy")),
+    ]
+    assert main(["info", str(tmp_path / "run" / "final")]) == 0
+
+
+def test_a_link_where_lehr_would_write_is_refused_and_a_leftover_link_removed_as_a_link(
+    tiny_config, tmp_path, caplog, dead_pid
+):
+    """An operator's symlink in a branch home, a run folder that is a link, and a link left under a
+    staging name: each named with its target, never followed, and what it points to untouched."""
+    root = tmp_path / "anneal"
+    _branch(tiny_config, root, "real", "1" * 64)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(root / "real", elsewhere)
+    before = dir_hash(elsewhere)
+    (root / "evil").symlink_to(elsewhere)
+    with caplog.at_level(logging.WARNING):
+        assert list(AnnealBranchesDataset(str(root)).load()) == ["real"]
+    assert f"evil: a symbolic link (to {elsewhere})" in caplog.text
+    run_dir = _trained(tiny_config, tmp_path / "run-evil").parent
+    for _ in range(2):  # the second time as well: nothing was renamed or half-done by the first
+        with pytest.raises(Exception, match=rf"anneal/evil is a symbolic link \(to {elsewhere}\).*rm "):
+            AnnealBranchesDataset(str(root)).save(
+                {"branch": "evil", "run_dir": str(run_dir), "curve": "{}\n"}
+            )
+    assert (root / "evil").is_symlink() and dir_hash(elsewhere) == before
+    # A run folder that is a link: refused before any work.
+    (tmp_path / "linked-run").symlink_to(elsewhere)
+    with pytest.raises(FileExistsError, match=r"linked-run is a symbolic link .*lehr \(training run\)"):
+        run(tiny_config(out_dir=str(tmp_path / "linked-run")), Launch())
+    assert dir_hash(elsewhere) == before
+    # A link under a dead writer's staging name goes as a link.
+    (root / f".old-gone-{dead_pid}").symlink_to(elsewhere)
+    AnnealBranchesDataset(str(root)).save({"branch": "again", "run_dir": str(run_dir), "curve": "{}\n"})
+    assert not (root / f".old-gone-{dead_pid}").is_symlink() and dir_hash(elsewhere) == before

@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV
 from lehr.files import locks
 from tests.e2e import env, make_repo, sh
 
@@ -31,11 +32,14 @@ def repo(tmp_path_factory, corpus_dir):
     return path
 
 
-def start(repo: Path, *cmd: str) -> subprocess.Popen:
+def start(repo: Path, *cmd: str, slow: bool = False) -> subprocess.Popen:
+    """``cmd`` in the background; ``slow``: each checkpoint write pauses a second, so that the run
+    is still live while a second command starts (their start-ups alone took seconds beside a
+    parallel test worker)."""
     return subprocess.Popen(
         cmd,
         cwd=repo,
-        env=env(),
+        env={**env(), **({SLOW_WRITE_ENV: "1"} if slow else {})},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -99,7 +103,7 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
 def test_a_second_run_of_a_live_branch_is_refused(repo):
     sh(repo, *STABLE)
     anneal = ["kedro", "run", "--pipelines", "anneal", "--env", "smoke", "--params"]
-    first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear")
+    first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear", slow=True)
     wait_for(lambda: live_folder(repo / "data/06_models/anneal_runs") is not None, first)
     second = sh(repo, *anneal, "anneal.branch=C,anneal.shape=cosine", check=False)
     assert second.returncode != 0
@@ -116,7 +120,7 @@ def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo):
         "auto-*"
     ):  # the default configuration trains afresh, in the folder DVC's run will want
         shutil.rmtree(done)
-    proc = start(repo, *STABLE)
+    proc = start(repo, *STABLE, slow=True)
     wait_for(lambda: live_folder(runs) is not None, proc)
     out = sh(repo, "dvc", "repro", "pretrain_stable", check=False)
     assert out.returncode != 0

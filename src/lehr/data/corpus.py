@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -276,6 +277,41 @@ def read_file(root: Path, path: Path, errors: str = "strict", field: str = "text
             yield Document(stream, piece, i == len(pieces) - 1)
 
 
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` (a link followed) is no file to read, or None: a FIFO or a device never ends,
+    and DVC, which hashes the corpus, would hang on it without a word."""
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = next((k for test, k in _SPECIAL if test(mode)), "special file")
+    via = f" (a symlink to {os.readlink(path)})" if path.is_symlink() else ""
+    return (
+        f"{path}{via} is a {kind}, not a regular file: lehr reads only regular files, and DVC would hang "
+        "hashing it. Move it out of the corpus folder."
+    )
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "FIFO (named pipe)"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
+def special_files(root: Path) -> list[str]:
+    """``not_regular``'s line for every such entry under ``root`` (links to folders not followed:
+    tokenize, which follows them, names any found there)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            path = Path(folder) / name
+            if not name.startswith(".") and path.exists() and (why := not_regular(path)):
+                found.append(why)
+    return found
+
+
 def _identity(folder: Path) -> tuple[int, int]:
     st = folder.stat()
     return st.st_dev, st.st_ino
@@ -298,7 +334,9 @@ def _walk(folder: Path, above: frozenset) -> Iterator[Path]:
                 )
                 continue
             yield from _walk(p, above | {identity})
-        elif p.is_file():
+        elif why := not_regular(p):
+            raise CorpusError(why)
+        else:
             yield p
 
 

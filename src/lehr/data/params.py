@@ -26,6 +26,9 @@ class TokenizeParams(Section):
     text_field: str = "text"  # the JSONL field / parquet column that holds a document's text
     workers: int = 0  # encoding processes; 0 = one per core
     slice: str = "1/1"  # i/N: encode every N-th file from the i-th (one machine of N); the shard stage merges
+    # A finished part encoded under other versions (lehr.versions) is refused; true reuses it, and
+    # the index names the versions it was made under.
+    reuse_under_new_versions: bool = False
     SECTION: typing.ClassVar[str] = "tokenize"
 
     def check(self) -> None:

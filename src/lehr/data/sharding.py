@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from lehr import versions
 from lehr.files.atomic import staged_dir, write_text_atomic
 
 MANIFEST_FORMAT = 1
@@ -93,6 +94,7 @@ def write_shard_set(
             "dtype": str(np.dtype(dtype)),
             "shard_tokens": shard_tokens,
             "tokenizer": tokenizer,
+            "versions": versions.deciding(),
             "streams": manifest_streams,
         }
         write_text_atomic(staging / "tokenizer.json", tokenizer_json)

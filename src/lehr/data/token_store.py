@@ -39,6 +39,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from lehr import versions
 from lehr.data.corpus import Corpus, Document, read_file, stream_of
 from lehr.data.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
 from lehr.files import locks
@@ -194,6 +195,7 @@ def encode_task(
     tokenizer_json: str,
     tokenizer_sha: str,
     settings: Settings,
+    reuse_under_new_versions: bool = False,
 ) -> dict:
     """Encode one task into ``parts/<key>.bin`` (or reuse a finished part); returns its record."""
     root, parts = Path(corpus_root), Path(out_dir)
@@ -208,6 +210,13 @@ def encode_task(
             and done.stat().st_size == record["n_bytes_on_disk"]  # the cheap check first
             and sha256_file(done) == record["sha256"]
         ):
+            other = versions.differing(record.get("versions"))
+            if other and not reuse_under_new_versions:
+                raise TokenStoreError(
+                    f"{done} was encoded under other versions ({', '.join(other)}), which can encode "
+                    f"other tokens. Delete {parts.parent} to encode again, install those versions, or "
+                    "set tokenize.reuse_under_new_versions: true to reuse it (the index then says so)."
+                )
             return {**record, "reused": True}
     tok = _WORKER_TOKENIZER.get(tokenizer_sha)
     if tok is None:
@@ -239,6 +248,7 @@ def encode_task(
         "n_bytes_on_disk": final.stat().st_size,
         "sha256": sha256_file(final),
         "contents": contents,
+        "versions": versions.deciding(),
     }
     write_text_atomic(record_path, json.dumps(record))
     return {**record, "reused": False}
@@ -269,16 +279,29 @@ def writer_lock(root: Path, slice_: tuple[int, int] | list[int]) -> Path:
 
 
 def encode_corpus_to_parts(
-    corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, workers: int, slice_spec: str
+    corpus: Corpus,
+    tokenizer,
+    parts_dir: Path,
+    settings: Settings,
+    workers: int,
+    slice_spec: str,
+    reuse_under_new_versions: bool = False,
 ) -> dict:
     """Encode this slice's tasks into ``parts_dir``; returns the slice's index (see the module doc)."""
     i, n = parse_slice(slice_spec)
     with locks.hold(writer_lock(parts_dir.parent, (i, n)), "tokenizing"):
-        return _encode(corpus, tokenizer, parts_dir, settings, workers, i, n)
+        return _encode(corpus, tokenizer, parts_dir, settings, workers, i, n, reuse_under_new_versions)
 
 
 def _encode(
-    corpus: Corpus, tokenizer, parts_dir: Path, settings: Settings, workers: int, i: int, n: int
+    corpus: Corpus,
+    tokenizer,
+    parts_dir: Path,
+    settings: Settings,
+    workers: int,
+    i: int,
+    n: int,
+    reuse_under_new_versions: bool,
 ) -> dict:
     if n == 1:
         # What a killed run was writing goes. Not under slices: the folder may be shared with other
@@ -288,7 +311,7 @@ def _encode(
     mine = [t for t in tasks if t.index % n == i - 1]
     workers = workers or os.cpu_count() or 1
     sha = tokenizer_sha256(tokenizer)
-    args = (str(corpus.root), str(parts_dir), tokenizer.to_str(), sha, settings)
+    args = (str(corpus.root), str(parts_dir), tokenizer.to_str(), sha, settings, reuse_under_new_versions)
     t0, done_bytes, reused = time.perf_counter(), 0, 0
     records = []
     with tqdm(total=len(mine), unit="file", desc=f"encode {i}/{n}", mininterval=1.0) as bar:
@@ -327,6 +350,14 @@ def _encode(
         "slice": [i, n],
         "n_tasks": len(tasks),
         "plan": plan_record(tasks, sha, settings),
+        "versions": versions.deciding(),
+        # Parts reused from a run under other versions (tokenize.reuse_under_new_versions): each
+        # part's file and the versions it was encoded under.
+        "reused_under_other_versions": {
+            r["file"]: r.get("versions")
+            for r in records
+            if r["reused"] and versions.differing(r.get("versions"))
+        },
         "streams": dict(sorted(streams.items())),
     }
 
@@ -394,6 +425,15 @@ class TokenStreams:
 def _check_one_plan(root: Path, indexes: list[dict]) -> None:
     """Slices merge into one corpus only if each was cut from the same plan: the same files in
     the same tasks, tokenizer and settings. Otherwise streams would lose or repeat files."""
+    made_under = [ix.get("versions") for ix in indexes]
+    for ix, under in zip(indexes[1:], made_under[1:]):
+        if under != made_under[0]:
+            n = ix["slice"][1]
+            raise TokenStoreError(
+                f"tokenize slices {indexes[0]['slice'][0]}/{n} and {ix['slice'][0]}/{n} in {root} were "
+                f"encoded under other versions ({made_under[0]} and {under}), which can encode other "
+                "tokens. Re-run the slices under one environment (make setup installs requirements.lock)."
+            )
     plans = [ix.get("plan") for ix in indexes]
     if len(indexes) == 1 or all(p and p["sha256"] == plans[0]["sha256"] for p in plans):
         return

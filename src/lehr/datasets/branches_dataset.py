@@ -54,7 +54,9 @@ def scan(root: Path) -> tuple[dict[str, Path], list[str]]:
     for p in sorted(root.iterdir()) if root.is_dir() else []:
         if not p.is_dir() or is_leftover(p.name):
             continue
-        if not is_folder_name(p.name):
+        if p.is_symlink():
+            left_out.append(f"{p}: a symbolic link (to {os.readlink(p)}); branches are folders lehr made")
+        elif not is_folder_name(p.name):
             left_out.append(f"{p}: not a branch name lehr accepts ({RULE})")
         elif kind_of(p) is None:
             left_out.append(f"{p}: no final/state.json (an unfinished, deleted or foreign folder)")
@@ -112,6 +114,13 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
         return self._by_hand, BY_HAND
 
     def save(self, data: dict) -> None:
+        try:
+            self._write(data)
+        finally:
+            if data.get("scratch") is not None:  # a soup's averaged weights: copied, or refused
+                data["scratch"].cleanup()
+
+    def _write(self, data: dict) -> None:
         name, kind = data["branch"], data.get("kind", "anneal")
         if not is_folder_name(name):  # the params check this first; a name never leaves the folder
             raise DatasetError(f"branch name {name!r} {RULE}")

@@ -200,8 +200,8 @@ class EvalConfig(Part):
 class CheckpointConfig(Part):
     ckpt_every: int = 40  # steps between rolling checkpoints
     keep_last: int = 2  # rolling checkpoints kept
-    # A resume under engine code other than the one that made the checkpoint is refused (naming
-    # the files that differ); true continues under the new code, and the record keeps both.
+    # A resume under engine code, or versions of what decides bytes (lehr.versions), other than
+    # the checkpoint's is refused (naming what differs); true continues, and the record keeps both.
     resume_under_new_code: bool = False
     RESUMABLE: ClassVar[frozenset] = frozenset({"ckpt_every", "keep_last", "resume_under_new_code"})
 

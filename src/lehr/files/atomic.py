@@ -70,9 +70,25 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def refuse_link(path: Path, writer: str = "lehr") -> None:
+    """lehr writes, replaces and clears only folders of its own: a symbolic link where it would
+    write could send its writes, and its clean-ups, anywhere."""
+    if path.is_symlink():
+        raise FileExistsError(
+            f"{path} is a symbolic link (to {os.readlink(path)}), and {writer} writes only folders of "
+            f"its own. Remove the link (`rm {path}`: what it points to stays) or choose another name."
+        )
+
+
+def _remove(path: Path) -> None:
+    """A file, a folder, or a link as a link (never what it points to)."""
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
 def new_staging(target: Path) -> Path:
     """A new, empty folder beside ``target`` to build it in (``.tmp-<name>-<pid>``), after clearing
     what killed writers of ``target`` left."""
+    refuse_link(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target.parent, target.name)
     staging = sibling(target, "tmp")
@@ -140,7 +156,7 @@ def recover(folder: Path, name: str | None = None) -> None:
                     "restored %s from %s, left between two renames by a killed write", target, path.name
                 )
                 continue
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            _remove(path)
         except FileNotFoundError:  # another process cleared it first
             continue
         log.warning("removed %s, left in %s by a killed write", path.name, folder)

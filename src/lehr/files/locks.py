@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lehr.errors import Explained
+from lehr.files.atomic import refuse_link
 
 
 class FolderBusyError(RuntimeError, Explained):
@@ -44,6 +45,7 @@ def _holder(fd: int) -> str:
 def hold(folder: str | Path, purpose: str) -> Iterator[None]:
     """Hold ``folder``'s lock for the ``with`` block, or raise FolderBusyError at once."""
     folder = Path(folder)
+    refuse_link(folder, f"lehr ({purpose})")
     folder.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path(folder), os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -119,11 +119,14 @@ class MlflowTracking:
         }
         import torch
 
+        from lehr import versions
+
         tags.update(
             {
                 "torch": torch.__version__,
                 "cuda": str(torch.version.cuda),
                 "device": "cuda" if torch.cuda.is_available() else "cpu",
+                **{f"version.{name}": v for name, v in versions.deciding().items()},
             }
         )
         mlflow.set_tags(tags)

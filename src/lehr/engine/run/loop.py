@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from lehr import versions
 from lehr.engine import memory, optim
 from lehr.engine.artifacts import checkpoint, code_identity
 from lehr.engine.artifacts.sharded_checkpoint import ShardedSaves
@@ -445,6 +446,7 @@ class Run:
             "parallel": cfg.parallel,
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
+            "versions": versions.deciding(),
             "device": self.hw.name,
             "provenance": cfg.provenance,
             "code": self._code(),
@@ -495,7 +497,7 @@ class Run:
     def _summary(self, stop: str | None) -> dict:
         prog, cfg = self.prog, self.cfg
         # The whole run's, from its record: every attempt's steps and evals, not this process's share.
-        wall, tok_s = timing(self.log.path) if self.d.is_main else (None, None)
+        wall, tok_s = timing(self.out_dir) if self.d.is_main else (None, None)
         return {
             "rank": self.d.rank,
             "out_dir": str(self.out_dir),

@@ -1,5 +1,6 @@
 """Rank 0's record of a run: one readable log line per step interval, the same as JSON lines in
-``metrics.jsonl``, a progress bar when interactive, and callbacks (MLflow, tests)."""
+``metrics.jsonl`` (what the run computed) and ``timing.jsonl`` (what the clock said), a progress
+bar when interactive, and callbacks (MLflow, tests), which get both."""
 
 from __future__ import annotations
 
@@ -39,18 +40,21 @@ def flatten(record: dict, prefix: str = "") -> dict:
     return out
 
 
-# What a record holds of the clock and the machine: the run folder keeps it, the copies of a
-# record that DVC versions (a branch's metrics.jsonl) leave it out, so that they depend on the
-# run's configuration, data and code alone.
+# What a record holds of the clock and the machine goes to ``timing.jsonl``, which DVC ignores:
+# ``metrics.jsonl`` (versioned in the run folders and the branches) then depends on the run's
+# configuration, data and code alone, and a fresh run reproduces it byte for byte.
 CLOCK_KEYS = ("seconds", "tok_per_s", "mfu", "mem")
+METRICS, TIMING = "metrics.jsonl", "timing.jsonl"
 
 
-def timing(path: Path) -> tuple[float | None, int | None]:
-    """(wall seconds, tokens per second) of a whole run from its ``metrics.jsonl``: the steps and
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def timing(run_dir: Path) -> tuple[float | None, int | None]:
+    """(wall seconds, tokens per second) of a whole run from its ``timing.jsonl``: the steps and
     evals every attempt kept, added up (a resumed run's, not only its last process's)."""
-    if not path.is_file():
-        return None, None
-    records = [json.loads(line) for line in path.read_text().splitlines() if line]
+    records = _read(run_dir / TIMING)
     timed = [r for r in records if r.get("seconds") is not None]
     trained = [r for r in timed if r["kind"] == "train" and r.get("tok_per_s")]
     train_seconds = sum(r["seconds"] for r in trained)
@@ -59,15 +63,9 @@ def timing(path: Path) -> tuple[float | None, int | None]:
     return wall, round(tokens / train_seconds) if train_seconds else None
 
 
-def without_clock(text: str) -> str:
-    """A ``metrics.jsonl`` with the clock and machine readings left out (``CLOCK_KEYS``)."""
-    records = (json.loads(line) for line in text.splitlines() if line)
-    return "".join(json.dumps({k: v for k, v in r.items() if k not in CLOCK_KEYS}) + "\n" for r in records)
-
-
 class RunLog:
     def __init__(self, out_dir: Path, enabled: bool, start: int, end: int | None, callbacks: list[Callback]):
-        self.path = out_dir / "metrics.jsonl"
+        self.path, self.timing_path = out_dir / METRICS, out_dir / TIMING
         self.enabled, self.callbacks = enabled, callbacks
         self.bar = None
         if enabled:
@@ -82,21 +80,28 @@ class RunLog:
                 self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
     def _truncate_after(self, step: int) -> list[dict]:
-        """Drop records past the resume point (those steps are trained again); returns the rest."""
-        if not self.path.is_file():
-            return []
-        records = [json.loads(line) for line in self.path.read_text().splitlines() if line]
-        keep = [rec for rec in records if rec["step"] <= step]
-        if len(keep) < len(records):  # a finished run's record is left as it is, not rewritten
-            write_text_atomic(self.path, "".join(json.dumps(rec) + "\n" for rec in keep))
-        return keep
+        """Drop records past the resume point (those steps are trained again); returns the rest,
+        each with its clock readings again."""
+        kept = {}
+        for path in (self.path, self.timing_path):
+            records = _read(path)
+            keep = [rec for rec in records if rec["step"] <= step]
+            if len(keep) < len(records):  # a finished run's record is left as it is, not rewritten
+                write_text_atomic(path, "".join(json.dumps(rec) + "\n" for rec in keep))
+            kept[path] = keep
+        clock = {(r["step"], r["kind"]): r for r in kept[self.timing_path]}
+        return [{**rec, **clock.get((rec["step"], rec["kind"]), {})} for rec in kept[self.path]]
 
     def record(self, rec: dict) -> None:
         if not self.enabled:
             return
         rec = flatten(rec)
+        clock = {k: rec[k] for k in CLOCK_KEYS if k in rec}
         with open(self.path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+            f.write(json.dumps({k: v for k, v in rec.items() if k not in CLOCK_KEYS}) + "\n")
+        if clock:
+            with open(self.timing_path, "a") as f:
+                f.write(json.dumps({"step": rec["step"], "kind": rec["kind"], **clock}) + "\n")
         for cb in self.callbacks:
             cb([rec])
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from lehr import versions
 from lehr.engine import fp8, optim
 from lehr.engine.artifacts import checkpoint, code_identity, sharded_checkpoint
 from lehr.engine.batches import ShardSet, TrainStream
@@ -86,11 +87,12 @@ def _record_trainer(prog: Progress, cfg: TrainConfig, mode: str) -> None:
     me = {
         "from_step": prog.step,
         "code_sha256": code_identity.of_training().sha256,
+        "versions": versions.deciding(),
         "git_commit": cfg.provenance.get("git_commit"),
         "git_dirty": cfg.provenance.get("git_dirty"),
     }
     last = prog.trained_by[-1] if prog.trained_by else None
-    same = last is not None and all(last.get(k) == me[k] for k in ("code_sha256", "git_commit", "git_dirty"))
+    same = last is not None and all(last.get(k) == me[k] for k in me if k != "from_step")
     if not same or mode == "branch":  # a branch's own range starts here even under the same code
         prog.trained_by.append(me)
 
@@ -127,6 +129,21 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
             "allows; the checkpoint's record names both",
             path,
             ", ".join(files),
+        )
+    other = versions.differing(state.get("versions"))
+    if other:
+        if not cfg.resume_under_new_code:
+            raise checkpoint.CheckpointError(
+                f"refusing to resume {path}: it was trained under other versions ({', '.join(other)}), "
+                f"which can make other numbers. Install those (requirements.lock of the commit in its "
+                f"state.json, then make setup), set pretrain.resume_under_new_code: true to continue "
+                f"under these (the record then names both), {fix}."
+            )
+        log.warning(
+            "resuming %s under other versions (%s), as pretrain.resume_under_new_code allows; the "
+            "checkpoint's record names both",
+            path,
+            ", ".join(other),
         )
 
 

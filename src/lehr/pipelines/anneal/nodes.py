@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from lehr.datasets.branches_dataset import check_free, run_by_dvc
-from lehr.engine.run.metrics import without_clock
+from lehr.engine.run.metrics import METRICS
 from lehr.experiment_refs import refuse_experiment_branch
 from lehr.params import AnnealParams, PretrainParams
-from lehr.reporting import read_curve, stage_metrics
+from lehr.reporting import read_curve, stage_metrics, stage_timing
 from lehr.training import anneal_job, origin_of, run_engine
 
 
@@ -34,18 +34,18 @@ def train_anneal(
         refuse_experiment_branch(branch, Path.cwd())
     summary = run_engine(cfg, pretrain)
     run_dir = Path(cfg.out_dir)
-    # The branch is versioned by DVC: its curve goes without the clock readings (the run folder's keeps them).
-    curve = without_clock((run_dir / "metrics.jsonl").read_text())
+    # The branch's curve, as DVC versions it: what the run computed, never what the clock said.
+    curve = (run_dir / METRICS).read_text()
     params = {"pretrain": dataclasses.asdict(pretrain), "anneal": dataclasses.asdict(anneal)}
     saved = {"branch": branch, "run_dir": str(run_dir), "curve": curve, "params": params}
     return saved, {**summary, "branch": branch}
 
 
-def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame]:
+def summarize_anneal(summary: dict) -> tuple[dict, pd.DataFrame, dict]:
     metrics = stage_metrics(
         summary,
         branch=summary["branch"],
         stopped=summary["stopped"] or "end",
         best_heldout_loss=summary["best_loss"],
     )
-    return metrics, read_curve(Path(summary["out_dir"]))
+    return metrics, read_curve(Path(summary["out_dir"])), stage_timing(summary)

@@ -24,7 +24,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 summarize_anneal,
                 "anneal_summary_raw",
-                ["anneal_metrics", "anneal_curve"],
+                ["anneal_metrics", "anneal_curve", "anneal_timing"],
                 name="summarize_anneal_node",
             ),
         ]

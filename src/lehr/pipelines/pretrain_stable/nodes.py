@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from lehr.params import PretrainParams
-from lehr.reporting import read_curve, stage_metrics
+from lehr.reporting import read_curve, stage_metrics, stage_timing
 from lehr.training import run_engine, stable_job
 
 
@@ -20,11 +20,11 @@ def train_stable(
     return Path(summary["pre_anneal"]), points, summary
 
 
-def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame]:
+def summarize_stable(summary: dict) -> tuple[dict, pd.DataFrame, dict]:
     metrics = stage_metrics(
         summary,
         anneal_start=summary["anneal_start"],
         anneal_reason=summary["anneal_reason"],
         n_params=summary["n_params"],
     )
-    return metrics, read_curve(Path(summary["out_dir"]))
+    return metrics, read_curve(Path(summary["out_dir"])), stage_timing(summary)

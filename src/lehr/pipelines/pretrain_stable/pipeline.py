@@ -15,7 +15,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 summarize_stable,
                 "stable_summary_raw",
-                ["stable_metrics", "stable_curve"],
+                ["stable_metrics", "stable_curve", "stable_timing"],
                 name="summarize_stable_node",
             ),
         ]

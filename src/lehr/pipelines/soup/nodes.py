@@ -50,8 +50,10 @@ def make_soup(branches: dict[str, Path], params: SoupParams) -> dict:
             f"soup.name = {name!r} is a trained anneal branch ({branches[name]}): a soup may not replace "
             "it. Choose another soup.name."
         )
-    run_dir = Path(tempfile.mkdtemp(prefix="lehr-soup-"))
+    # The averaged weights wait here for the branches dataset to copy them in; it removes the
+    # folder once it has (and the TemporaryDirectory does at the latest when the process ends).
+    scratch = tempfile.TemporaryDirectory(prefix="lehr-soup-")
     log.info("soup: averaging the final weights of %s into branch %s", ", ".join(params.branches), name)
-    average([branches[b] / "final" for b in params.branches], run_dir / "final")
+    average([branches[b] / "final" for b in params.branches], Path(scratch.name) / "final")
     record = {"soup": dataclasses.asdict(params)}
-    return {"branch": name, "run_dir": str(run_dir), "kind": "soup", "params": record}
+    return {"branch": name, "run_dir": scratch.name, "scratch": scratch, "kind": "soup", "params": record}

@@ -39,6 +39,7 @@ def encode_corpus(corpus: Corpus, tokenizer: Tokenizer, params: TokenizeParams, 
         _settings(params),
         params.workers,
         params.slice,
+        params.reuse_under_new_versions,
     )
 
 
