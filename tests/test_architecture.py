@@ -106,3 +106,23 @@ def test_every_training_setting_has_one_default_which_the_base_config_shows():
             assert f.name in values, f"conf/base does not show {section}.{f.name}"
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             assert values[f.name] == default, (f.name, values[f.name], default)
+
+
+def test_only_the_state_module_opens_a_checkpoints_state():
+    """One reader of state.json (lehr.engine.artifacts.state): no other module builds its path or
+    globs for it, so a new field, or an old checkpoint without one, is handled in one place."""
+    home = SRC / "lehr/engine/artifacts/state.py"
+    openers = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            joined = isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+            called = isinstance(node, ast.Call)
+            operands = [node.right] if joined else node.args if called else []
+            if any(
+                isinstance(a, ast.Constant) and a.value in ("state.json", "state.json.sha256")
+                for a in operands
+            ):
+                openers.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not openers, openers

@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from lehr.engine.artifacts.state import State
 from lehr.errors import EXIT, explained
 
 
@@ -47,15 +48,8 @@ def _corpus(args: argparse.Namespace) -> int:
     return 0
 
 
-def _state(checkpoint: Path) -> dict:
-    path = checkpoint / "state.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{checkpoint} is not a checkpoint (no state.json)")
-    return json.loads(path.read_text())
-
-
-def _last_eval(state: dict) -> dict:
-    evals = state["progress"]["evals"]
+def _last_eval(progress: dict) -> dict:
+    evals = progress["evals"]
     return evals[-1] if evals else {}
 
 
@@ -83,8 +77,8 @@ def _branches(args: argparse.Namespace) -> int:
         f"{'best loss':>10s}"
     )
     for p in branches.values():
-        state = _state(p / "final")
-        ev, prog = _last_eval(state), state["progress"]
+        prog = State.read(p / "final").progress
+        ev = _last_eval(prog)
         print(
             f"{p.name:28s} {made_by(p):>9s} {origin_name(p / 'final') or '?':>16s} {prog['step']:6d} "
             f"{prog['tokens']:11,d} {ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
@@ -99,9 +93,9 @@ def _branches(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from lehr.engine.artifacts.checkpoint import verify
 
-    _state(Path(args.checkpoint))  # a folder that is no checkpoint at all is named as such first
+    State.read(Path(args.checkpoint))  # a folder that is no checkpoint at all is named as such first
     state = verify(Path(args.checkpoint))  # what it prints is of these very files
-    prov, prog, ev = state.get("provenance", {}), state["progress"], _last_eval(state)
+    prov, prog, ev = state.get("provenance", {}), state["progress"], _last_eval(state["progress"])
     lines = {
         "checkpoint": args.checkpoint,
         "git commit": f"{prov.get('git_commit', 'unknown')}{' (dirty)' if prov.get('git_dirty') else ''}",

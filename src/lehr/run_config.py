@@ -6,9 +6,9 @@ where a branch starts. The folders they train into are named in ``lehr.run_names
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
+from lehr.engine.artifacts.state import State
 from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
 from lehr.params import AnnealParams, PretrainParams
@@ -112,17 +112,17 @@ def anneal_config(
     tasks: dict | None = None,
 ) -> TrainConfig:
     """Branch from ``pre_anneal`` and decay (WSD) or finish the cosine (baseline) on the anneal mix."""
-    state = json.loads((pre_anneal / "state.json").read_text())
+    state = State.read(pre_anneal)
     _check_same_profile(state, model_config(p, manifest), provenance, pre_anneal)
     stable = TrainConfig(**_shared(p, manifest, run_dir, provenance, tasks or {}))
-    return stable.branch(a, state["progress"]["step"], portable(pre_anneal))
+    return stable.branch(a, state.step, portable(pre_anneal))
 
 
-def _check_same_profile(state: dict, model: ModelConfig, provenance: dict, pre_anneal: Path) -> None:
+def _check_same_profile(state: State, model: ModelConfig, provenance: dict, pre_anneal: Path) -> None:
     """A branch needs the model ``pre_anneal`` was trained as; when it differs because the two runs
     are under different profiles, say so and name the profile to use."""
-    theirs, ours = state.get("provenance", {}).get("profile"), provenance.get("profile")
-    if theirs and ours and theirs != ours and state["config"]["model"] != model.math_dict():
+    theirs, ours = state.provenance.get("profile"), provenance.get("profile")
+    if theirs and ours and theirs != ours and state.config["model"] != model.math_dict():
         raise ValueError(
             f"refusing to branch from {pre_anneal}: it was made under the {theirs} profile, and this run "
             "is under "

@@ -8,6 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from lehr.engine.artifacts.state import State
 from lehr.engine.config import StopRule, TrainConfig
 from lehr.params import AnnealParams, PretrainParams
 
@@ -25,7 +26,7 @@ def stable_run_name(p: PretrainParams, cfg: TrainConfig, rule: StopRule, manifes
 def anneal_run_dir(runs_root: Path, branch: str, pre_anneal: Path) -> Path:
     """A branch's rolling checkpoints, keyed by the ``pre_anneal`` it grew from: after a new stable
     phase the branch starts afresh from the new branch point instead of resuming the old one."""
-    files = json.loads((pre_anneal / "state.json").read_text())["files"]  # sha256 of weights, optimizer, RNG
+    files = State.read(pre_anneal).files  # sha256 of weights, optimizer, RNG
     return runs_root / f"{branch}-{_key(files)}"
 
 

@@ -4,7 +4,6 @@ stage's node hands it the catalog's datasets and the params."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 from tokenizers import Tokenizer
 
 from lehr import comparison
+from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.engine.batches import ShardSet
 from lehr.engine.evals.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
 from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 def scored_weights(branch: Path) -> tuple[str, Path]:
     """What a branch ships: ``best`` if it stopped early (its final step is short of its planned
     end) and kept a best, else ``final``."""
-    state = json.loads((branch / "final" / "state.json").read_text())
-    end = state["config"]["end_step"]  # every branch and soup has one
-    if end is not None and state["progress"]["step"] < end and (branch / "best" / "state.json").is_file():
+    state = State.read(branch / "final")
+    end = state.config["end_step"]  # every branch and soup has one
+    if end is not None and state.step < end and is_checkpoint(branch / "best"):
         return "best", branch / "best"
     return "final", branch / "final"
 
@@ -37,7 +37,7 @@ def scored_weights(branch: Path) -> tuple[str, Path]:
 def origins(pre_anneal: Path, branch_points: dict[str, Path]) -> dict[str, str]:
     """The stable run's checkpoints a branch may start from, as {sha256 of state.json: name}."""
     return {
-        sha256_file(p / "state.json"): name for name, p in {"pre_anneal": pre_anneal, **branch_points}.items()
+        sha256_file(state_file(p)): name for name, p in {"pre_anneal": pre_anneal, **branch_points}.items()
     }
 
 
@@ -155,7 +155,7 @@ def evaluate_models(
         metrics["branches"][b] |= {  # which weights were scored, grown from what, on how many tokens
             "weights": weights[b][0],
             "origin": ours.get(branched_from(branches[b] / "final"), "unrecorded"),
-            "tokens": json.loads((weights[b][1] / "state.json").read_text())["progress"]["tokens"],
+            "tokens": State.read(weights[b][1]).tokens,
         }
     metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
     metrics["anneal_gain"] = {

@@ -4,9 +4,9 @@ rules of a run across machines, and the run itself."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from lehr.engine.artifacts.state import State
 from lehr.engine.config import Launch, TrainConfig
 from lehr.engine.dist import launch
 from lehr.params import AnnealParams, PretrainParams
@@ -47,9 +47,7 @@ def origin_of(anneal: AnnealParams, pre_anneal: Path, branch_points: dict[str, P
             "token count to pretrain.branch_points and run pretrain_stable again."
         )
     point = branch_points[anneal.origin]
-    ours, theirs = (
-        json.loads((p / "state.json").read_text())["config"]["out_dir"] for p in (pre_anneal, point)
-    )
+    ours, theirs = (State.read(p).out_dir for p in (pre_anneal, point))
     if ours != theirs:
         raise ValueError(
             f"branch point {point} was kept by another stable run ({theirs}) than {pre_anneal} ({ours}): "

@@ -7,6 +7,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr.engine.artifacts.state import State
 from lehr.files import locks
 from lehr.files.atomic import recover, staged_dir
 
@@ -48,8 +49,8 @@ class BranchPointsDataset(AbstractDataset[dict, dict[str, Path]]):
             with staged_dir(self._path, keep_if_same=True) as staging:
                 for name, folder in sorted(data.items()):
                     shutil.copytree(Path(folder), staging / name)
-                    progress = json.loads((Path(folder) / "state.json").read_text())["progress"]
-                    index[name] = {"step": progress["step"], "tokens": progress["tokens"]}
+                    state = State.read(folder)
+                    index[name] = {"step": state.step, "tokens": state.tokens}
                 (staging / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
 
     def _exists(self) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr.engine.artifacts.state import State
 from lehr.files import locks
 from lehr.files.atomic import is_leftover, recover, staged_dir
 from lehr.files.names import RULE, is_folder_name
@@ -28,10 +29,10 @@ def kind_of(branch: Path) -> str | None:
     """``soup`` or ``anneal`` for a folder lehr made (its ``final/state.json`` is lehr's mark on
     it), None for anything else."""
     try:
-        state = json.loads((branch / "final" / "state.json").read_text())
+        state = State.read(branch / "final")
     except (OSError, ValueError):
         return None
-    return "soup" if "soup_of" in state else "anneal"
+    return "soup" if "soup_of" in state.record else "anneal"
 
 
 def record_of(branch: Path) -> dict:

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.files import locks
 from lehr.files.atomic import recover, staged_dir
 
@@ -24,8 +24,7 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
         self._runs = Path(runs) if runs else None  # the rolling run folders of the stage that makes it
 
     def load(self) -> Path:
-        state = self._path / "state.json"
-        if not state.is_file():
+        if not is_checkpoint(self._path):
             live = self._live_run()
             if live:
                 raise DatasetError(
@@ -37,10 +36,11 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
                 f"(`dvc repro {self._produced_by}`)"
             )
         try:
-            json.loads(state.read_text())
-        except json.JSONDecodeError:
+            State.read(self._path)
+        except ValueError:
             raise DatasetError(
-                f"{state} is corrupt: re-run {self._produced_by} (`dvc repro --force {self._produced_by}`)"
+                f"{state_file(self._path)} is corrupt: re-run {self._produced_by} "
+                f"(`dvc repro --force {self._produced_by}`)"
             ) from None
         return self._path
 
@@ -51,7 +51,7 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
     def save(self, data: Path) -> None:
         with locks.hold(self._path, f"saving {self._path.name}"):
             recover(self._path.parent, self._path.name)
-            if self._path.exists() and not (self._path / "state.json").is_file():
+            if self._path.exists() and not is_checkpoint(self._path):
                 raise DatasetError(
                     f"{self._path} exists and is not a checkpoint lehr made (no state.json): lehr never "
                     f"writes into a folder it did not make. Move it away, then run {self._produced_by} again."
@@ -61,7 +61,7 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
                 shutil.copytree(Path(data), staging, dirs_exist_ok=True)
 
     def _exists(self) -> bool:
-        return (self._path / "state.json").is_file()
+        return is_checkpoint(self._path)
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}

@@ -9,11 +9,11 @@ saves re-training that configuration if it is run again; pruning trades that for
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from lehr.engine.artifacts.state import State, is_checkpoint
 from lehr.files import locks
 
 
@@ -45,8 +45,7 @@ class RunFolder:
 
 
 def _origin(checkpoint: Path) -> Path | None:
-    state = checkpoint / "state.json"
-    return Path(json.loads(state.read_text())["config"]["out_dir"]).resolve() if state.is_file() else None
+    return Path(State.read(checkpoint).out_dir).resolve() if is_checkpoint(checkpoint) else None
 
 
 def scan(layout: Layout) -> list[RunFolder]:
@@ -64,7 +63,7 @@ def scan(layout: Layout) -> list[RunFolder]:
                     path,
                     kind,
                     steps[-1] if steps else None,
-                    (path / end / "state.json").is_file(),
+                    is_checkpoint(path / end),
                     path.resolve() in used,
                     size,
                     locks.holder(path),

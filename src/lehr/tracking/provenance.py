@@ -4,11 +4,11 @@ state and tagged on every MLflow run."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 from pathlib import Path
 
+from lehr.engine.artifacts.state import STATE, State, state_file
 from lehr.project import portable
 
 
@@ -36,9 +36,7 @@ def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = No
     manifest_file = Path(manifest["root"]) / "manifest.json"
     inputs = {portable(manifest_file): hashlib.sha256(manifest_file.read_bytes()).hexdigest()}
     for path in (checkpoints or {}).values():
-        inputs[portable(Path(path) / "state.json")] = hashlib.sha256(
-            (Path(path) / "state.json").read_bytes()
-        ).hexdigest()
+        inputs[portable(state_file(path))] = hashlib.sha256(state_file(path).read_bytes()).hexdigest()
     return {
         **git_info(),
         "stage": stage,
@@ -62,5 +60,5 @@ def origin_name(checkpoint: Path) -> str | None:
 
 
 def _origin(checkpoint: Path) -> dict[str, str]:
-    inputs = json.loads((checkpoint / "state.json").read_text()).get("provenance", {}).get("inputs", {})
-    return {p: h for p, h in inputs.items() if Path(p).name == "state.json"}
+    inputs = State.read(checkpoint).provenance.get("inputs", {})
+    return {p: h for p, h in inputs.items() if Path(p).name == STATE}

@@ -25,12 +25,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
+from lehr.engine.artifacts.state import STATE, STATE_SHA
 from lehr.errors import Explained
 from lehr.files.atomic import new_staging, recover, replace_dir, sha256_file, sibling, write_text_atomic
 
 log = logging.getLogger(__name__)
-STATE = "state.json"
-STATE_SHA = "state.json.sha256"  # the state's own checksum: every other file's is inside the state
 FORMAT = 2  # 2: state.json carries a checksum beside it
 SLOW_WRITE_ENV = "LEHR_FAULT_SLOW_CHECKPOINT"  # test-only: seconds to pause mid-write (kill tests aim here)
 

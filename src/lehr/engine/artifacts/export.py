@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from lehr.engine.artifacts.checkpoint import load_weights, verify, written_or_nothing
+from lehr.engine.artifacts.state import STATE, State, is_checkpoint
 from lehr.engine.evals.evaluation import load_model
 from lehr.engine.model import ModelConfig, Transformer
 from lehr.files.atomic import sha256_file, staged_dir
@@ -29,7 +30,7 @@ def check_target(checkpoint: Path, out: Path) -> None:
     """Refuse to write into a checkpoint or a folder that holds one (an export there would rewrite it)."""
     out, checkpoint = out.resolve(), checkpoint.resolve()
     for folder in (out, *out.parents):
-        if folder == checkpoint or (folder / "state.json").is_file():
+        if folder == checkpoint or is_checkpoint(folder):
             raise ExportError(
                 f"refusing to export into {out}: it is inside the checkpoint {folder}, which the "
                 f"export would rewrite. Choose a folder outside any checkpoint."
@@ -38,7 +39,7 @@ def check_target(checkpoint: Path, out: Path) -> None:
     if (
         out.is_dir()
         and any(out.iterdir())
-        and (not (out / "config.json").is_file() or next(out.rglob("state.json"), None))
+        and (not (out / "config.json").is_file() or next(out.rglob(STATE), None))
     ):
         raise ExportError(
             f"refusing to export into {out}: it exists and is not an earlier export, and the export "
@@ -49,9 +50,9 @@ def check_target(checkpoint: Path, out: Path) -> None:
 def checked_tokenizer(checkpoint: Path, tokenizer: Path | None) -> Path:
     """The tokenizer the checkpoint was trained with: ``tokenizer`` if given, else the one beside the
     shards it trained on; refused unless its sha256 is the one the checkpoint recorded."""
-    state = json.loads((checkpoint / "state.json").read_text())
-    want = state["tokenizer_sha256"]
-    path = tokenizer or Path(state["config"]["shards"]) / "tokenizer.json"
+    state = State.read(checkpoint)
+    want = state.tokenizer_sha256
+    path = tokenizer or Path(state.config["shards"]) / "tokenizer.json"
     if not path.is_file():
         raise ExportError(
             f"tokenizer {path} is missing: pass --tokenizer with the tokenizer this checkpoint "
@@ -207,7 +208,7 @@ def load_for_inference(folder: Path, tokenizer: Path | None, device: torch.devic
     checkpoint's tokenizer must be the one it recorded."""
     from tokenizers import Tokenizer
 
-    if (folder / "state.json").is_file():
+    if is_checkpoint(folder):
         model, tokenizer = load_model(folder, device), checked_tokenizer(folder, tokenizer)
     elif (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
         model, tokenizer = load_export(folder, device), tokenizer or folder / "tokenizer.json"

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from lehr.engine.artifacts import checkpoint
+from lehr.engine.artifacts.state import State
 from lehr.engine.model import ModelConfig, Transformer
 
 
@@ -16,13 +17,13 @@ def average(finals: list[Path], out: Path) -> Path:
     """Write a checkpoint at ``out`` whose weights average those of ``finals`` (same model config)."""
     if len(finals) < 2:
         raise ValueError("a soup needs at least two branches")
-    states = [json.loads((p / "state.json").read_text()) for p in finals]
-    configs = {json.dumps(s["config"]["model"], sort_keys=True) for s in states}
+    states = [State.read(p) for p in finals]
+    configs = {json.dumps(s.config["model"], sort_keys=True) for s in states}
     if len(configs) > 1:
         raise ValueError(f"cannot average branches of different model configs: {', '.join(map(str, finals))}")
     for p in finals:
         checkpoint.verify(p)
-    model = Transformer(ModelConfig(**states[0]["config"]["model"]))
+    model = Transformer(ModelConfig(**states[0].config["model"]))
     weights = [load_file(p / "model.safetensors") for p in finals]
     soup = {
         k: torch.stack([w[k].float() for w in weights]).mean(0).to(weights[0][k].dtype) for k in weights[0]
@@ -30,8 +31,8 @@ def average(finals: list[Path], out: Path) -> Path:
     missing, _ = model.load_state_dict(soup, strict=False)
     assert set(missing) <= {"lm_head.weight"}, missing  # only the tied head, stored once
     state = {
-        **states[0],
+        **states[0].record,
         "soup_of": [str(p) for p in finals],
-        "progress": {**states[0]["progress"], "evals": [], "best_loss": None},
+        "progress": {**states[0].progress, "evals": [], "best_loss": None},
     }
     return checkpoint.write(out, model=model, optimizer_state={}, state=state, rng_per_rank=[])

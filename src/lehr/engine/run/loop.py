@@ -18,6 +18,7 @@ from lehr import versions
 from lehr.engine import memory, optim
 from lehr.engine.artifacts import checkpoint, code_identity
 from lehr.engine.artifacts.sharded_checkpoint import ShardedSaves
+from lehr.engine.artifacts.state import is_checkpoint
 from lehr.engine.batches import ShardSet, manifest_sha256
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist import distributed, parallel
@@ -381,7 +382,7 @@ class Run:
         passed = [
             self.branch_point(s).name
             for s in (rule.keep if rule else ())
-            if s <= self.prog.step and not (self.branch_point(s) / checkpoint.STATE).is_file()
+            if s <= self.prog.step and not is_checkpoint(self.branch_point(s))
         ]
         if passed:
             raise ValueError(
@@ -396,7 +397,7 @@ class Run:
         """The branch points kept so far, by name (a resumed run finds its earlier attempts')."""
         rule = self.cfg.stop_rule
         kept = [self.branch_point(s) for s in (rule.keep if rule else ()) if s <= self.prog.step]
-        return {p.name: str(p) for p in kept if (p / checkpoint.STATE).is_file()}
+        return {p.name: str(p) for p in kept if is_checkpoint(p)}
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save(self, target: Path | None = None) -> Path | None:
