@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,12 +153,14 @@ def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo):
     assert sh(sandbox, "git", "rev-list", "--count", "HEAD").stdout.strip() == "2"
 
 
-def test_the_tours_mlflow_ui_serves_and_stops_whole_on_sigterm(smoke_repo):
+def test_the_tours_mlflow_ui_serves_and_stops_whole_on_sigterm(smoke_repo, tmp_path):
     port = free_port()
     cmd = commented("lehr mlflow-ui") + f" --port {port}"
+    repo = tmp_path / "repo"  # a copy: the server writes beside its store, and other tests copy smoke_repo
+    shutil.copytree(smoke_repo, repo, symlinks=True)
     server = subprocess.Popen(
         ["bash", "-c", f"exec {cmd}"],
-        cwd=smoke_repo,
+        cwd=repo,
         env=env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

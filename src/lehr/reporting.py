@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from lehr.engine.run.metrics import CLOCK_KEYS
+
 
 def stage_metrics(summary: dict, **own) -> dict:
     """A training stage's metrics: the figures only that stage has (``own``), then those of every
@@ -44,7 +46,8 @@ def stage_timing(summary: dict) -> dict:
 def read_curve(run_dir: Path) -> pd.DataFrame:
     """The run's metrics.jsonl as a table (DVC plots and the evaluate stage read it)."""
     frame = pd.read_json(run_dir / "metrics.jsonl", lines=True)
-    return frame.drop(columns=[c for c in ("sample", "mem") if c in frame.columns])
+    # A run folder from before the clock moved to timing.jsonl still has it inline: never versioned.
+    return frame.drop(columns=[c for c in ("sample", *CLOCK_KEYS) if c in frame.columns])
 
 
 # A branch named by lehr (lehr.run_names.branch_name): [origin-]kind-length-digest.

@@ -18,6 +18,7 @@ from lehr.project import catalog_paths
 MARKER = ".lehr-sandbox"
 COPIED = (
     "pyproject.toml",
+    "requirements.lock",
     "dvc.yaml",
     "ladder/dvc.yaml",  # the ladder's stages (not its lock: the sandbox has run none of them)
     ".dvcignore",

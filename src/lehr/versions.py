@@ -17,11 +17,16 @@ import platform
 PACKAGES = ("torch", "tokenizers", "numpy", "safetensors")
 
 
+# What decides the bytes of the data side's artifacts (token parts and their index, the shards):
+# no torch or safetensors, so that a GPU machine and a CPU one encode the slices of one corpus.
+DATA = ("tokenizers", "numpy")
+
+
 @functools.cache
-def deciding() -> dict[str, str]:
-    """{name: version} of Python and of each package in ``PACKAGES`` installed here."""
+def deciding(packages: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    """{name: version} of Python and of each of ``packages`` installed here."""
     found = {"python": platform.python_version()}
-    for name in PACKAGES:
+    for name in packages:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -29,10 +34,10 @@ def deciding() -> dict[str, str]:
     return found
 
 
-def differing(recorded: dict | None, current: dict | None = None) -> list[str]:
-    """What differs, one entry per name: ``tokenizers 0.23.2 (here 0.23.3)``. A record made before
-    versions were recorded is itself a difference."""
-    current = current or deciding()
+def differing(recorded: dict | None, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """What differs from the versions here, one entry per name: ``tokenizers 0.23.2 (here
+    0.23.3)``. A record made before versions were recorded is itself a difference."""
+    current = deciding(packages)
     if not recorded:
         return ["the versions (the record predates them)"]
     names = sorted(set(recorded) | set(current))

@@ -94,7 +94,7 @@ def write_shard_set(
             "dtype": str(np.dtype(dtype)),
             "shard_tokens": shard_tokens,
             "tokenizer": tokenizer,
-            "versions": versions.deciding(),
+            "versions": versions.deciding(versions.DATA),
             "streams": manifest_streams,
         }
         write_text_atomic(staging / "tokenizer.json", tokenizer_json)

@@ -210,7 +210,7 @@ def encode_task(
             and done.stat().st_size == record["n_bytes_on_disk"]  # the cheap check first
             and sha256_file(done) == record["sha256"]
         ):
-            other = versions.differing(record.get("versions"))
+            other = versions.differing(record.get("versions"), versions.DATA)
             if other and not reuse_under_new_versions:
                 raise TokenStoreError(
                     f"{done} was encoded under other versions ({', '.join(other)}), which can encode "
@@ -248,7 +248,7 @@ def encode_task(
         "n_bytes_on_disk": final.stat().st_size,
         "sha256": sha256_file(final),
         "contents": contents,
-        "versions": versions.deciding(),
+        "versions": versions.deciding(versions.DATA),
     }
     write_text_atomic(record_path, json.dumps(record))
     return {**record, "reused": False}
@@ -350,13 +350,13 @@ def _encode(
         "slice": [i, n],
         "n_tasks": len(tasks),
         "plan": plan_record(tasks, sha, settings),
-        "versions": versions.deciding(),
+        "versions": versions.deciding(versions.DATA),
         # Parts reused from a run under other versions (tokenize.reuse_under_new_versions): each
         # part's file and the versions it was encoded under.
         "reused_under_other_versions": {
             r["file"]: r.get("versions")
             for r in records
-            if r["reused"] and versions.differing(r.get("versions"))
+            if r["reused"] and versions.differing(r.get("versions"), versions.DATA)
         },
         "streams": dict(sorted(streams.items())),
     }

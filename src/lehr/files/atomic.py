@@ -76,7 +76,8 @@ def refuse_link(path: Path, writer: str = "lehr") -> None:
     if path.is_symlink():
         raise FileExistsError(
             f"{path} is a symbolic link (to {os.readlink(path)}), and {writer} writes only folders of "
-            f"its own. Remove the link (`rm {path}`: what it points to stays) or choose another name."
+            f"its own. Remove the link (`rm {path}`: what it points to stays) or choose another name; "
+            "to keep the folder on another disk, link the folder that holds it instead."
         )
 
 
@@ -150,7 +151,8 @@ def recover(folder: Path, name: str | None = None) -> None:
             continue
         kind, target = m[1], path.with_name(m[2])
         try:
-            if kind == "old" and not target.exists():
+            # A link is never a copy lehr parked there: it goes as a link, and is never restored.
+            if kind == "old" and not path.is_symlink() and not os.path.lexists(target):
                 os.replace(path, target)
                 log.warning(
                     "restored %s from %s, left between two renames by a killed write", target, path.name

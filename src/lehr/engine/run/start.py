@@ -135,8 +135,8 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
         if not cfg.resume_under_new_code:
             raise checkpoint.CheckpointError(
                 f"refusing to resume {path}: it was trained under other versions ({', '.join(other)}), "
-                f"which can make other numbers. Install those (requirements.lock of the commit in its "
-                f"state.json, then make setup), set pretrain.resume_under_new_code: true to continue "
+                f"which can make other numbers. Install those (make setup at the commit in its state.json, "
+                f"with that torch as TORCH_SPEC), set pretrain.resume_under_new_code: true to continue "
                 f"under these (the record then names both), {fix}."
             )
         log.warning(
