@@ -78,7 +78,7 @@ bench: setup
 	$(BIN)/python bench/train_loop.py
 	$(BIN)/python bench/newton_schulz.py
 
-# MLflow's UI on this machine only, until Ctrl-C or SIGTERM stops all of it (lehr/mlflow_ui.py).
+# MLflow's UI on this machine only, until Ctrl-C or SIGTERM stops all of it (lehr/project/mlflow_ui.py).
 mlflow-ui: setup
 	$(BIN)/python -m lehr mlflow-ui
 

@@ -1,7 +1,7 @@
 """Benchmark: does one learning rate suit every size of the ladder? For the smallest and largest
 rung shapes (``ladder.shape`` at ``--depths``), Muon's ``muon_lr`` and AdamW's ``lr`` are each
 swept over ``--multipliers`` of the recipe's value; every run is a rung exactly as ``make ladder``
-trains it (``lehr.ladder.train_rung``: a stable run to the budget and a cooldown of
+trains it (``lehr.stages.ladder_rungs.train_rung``: a stable run to the budget and a cooldown of
 ``ladder.decay_ratio`` of it), and its held-out bits per byte are printed, with each size's best
 multiplier. With Muon the AdamW groups (embeddings, gains) keep the recipe's ``lr``: the sweep
 moves the rate whose transfer across widths is in question, Muon's on the hidden matrices.
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import yaml
 
+from lehr.catalog.shards_dataset import ShardsDataset
 from lehr.config_parts import from_mapping
-from lehr.datasets.shards_dataset import ShardsDataset
-from lehr.ladder import train_rung
-from lehr.ladder_params import LadderParams
-from lehr.params import AnnealParams, PretrainParams
+from lehr.stages.ladder_params import LadderParams
+from lehr.stages.ladder_rungs import train_rung
+from lehr.stages.params import AnnealParams, PretrainParams
 
 ROOT = Path(__file__).resolve().parent.parent
 

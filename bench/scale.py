@@ -36,8 +36,8 @@ PARAMS = {
 
 def bundled_texts(tmp: Path) -> tuple[list[str], list[str]]:
     sys.path.insert(0, str(ROOT / "src"))
-    from lehr.data.bundled_corpus import build
-    from lehr.data.corpus import Corpus
+    from lehr.dataprep.bundled_corpus import build
+    from lehr.dataprep.corpus import Corpus
 
     build(tmp / "bundled")
     train, held = [], []

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, models
 
-from lehr.data.sharding import write_shard_set
-from lehr.data.tokenization import token_dtype, tokenizer_sha256
+from lehr.dataprep.sharding import write_shard_set
+from lehr.dataprep.tokenization import token_dtype, tokenizer_sha256
 
 
 def synthetic_shards(

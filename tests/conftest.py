@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from lehr.data.bundled_corpus import build
-from lehr.data.corpus import Corpus
-from lehr.data.params import ShardParams, TokenizeParams
-from lehr.datasets import ShardsDataset, TokenizerDataset, TokenStreamsDataset
+from lehr.catalog import ShardsDataset, TokenizerDataset, TokenStreamsDataset
+from lehr.dataprep.bundled_corpus import build
+from lehr.dataprep.corpus import Corpus
+from lehr.dataprep.params import ShardParams, TokenizeParams
 from lehr.engine.config import TrainConfig
 from lehr.engine.model import preset
 from lehr.pipelines.shard.nodes import shard_streams

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from lehr import sandbox
+from lehr.project import sandbox
 from tests import ROOT
 
 

@@ -88,7 +88,13 @@ def test_the_engine_knows_nothing_of_kedro_dvc_or_mlflow():
             for name in names:
                 assert name.split(".")[0] not in ("kedro", "dvc", "mlflow"), (path, name)
                 assert not name.startswith(
-                    ("lehr.pipelines", "lehr.params", "lehr.run_config", "lehr.training", "lehr.tracking")
+                    (
+                        "lehr.pipelines",
+                        "lehr.stages.params",
+                        "lehr.stages.train_config",
+                        "lehr.stages.training_job",
+                        "lehr.tracking",
+                    )
                 ), (path, name)
 
 

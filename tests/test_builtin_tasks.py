@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lehr.data.builtin_tasks import documents, last_word, make_tasks, next_sentence
-from lehr.params import EvaluateParams
-from lehr.scoring import chosen_tasks
+from lehr.dataprep.builtin_tasks import documents, last_word, make_tasks, next_sentence
+from lehr.stages.params import EvaluateParams
+from lehr.stages.scoring import chosen_tasks
 
 DOC_A = (
     "The river rose through the night and the town waited. Boats were tied to every door. "

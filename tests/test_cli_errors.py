@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lehr import sandbox
 from lehr.__main__ import COMMANDS, main
 from lehr.errors import Stopped, located, parameter_problems, where_set
-from lehr.params import AnnealParams, PretrainParams
+from lehr.project import sandbox
+from lehr.stages.params import AnnealParams, PretrainParams
 from tests import ROOT
 from tests.e2e import env, make_repo, sh
 
@@ -91,17 +91,15 @@ def test_a_renamed_or_missing_key_is_said_by_the_dataclass_itself():
 
 
 def test_a_renamed_key_of_a_part_is_refused_in_every_config_made_of_it():
-    from lehr.config_parts import Part
+    from lehr.config_parts import Part, setting
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Old(Part):
-        planned: int = 1
-        RENAMED = {"total": "planned"}
+        planned: int = setting(1, renamed_from="total")
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Composed(Old):
-        other: int = 2
-        RENAMED = {"older": "other"}
+        other: int = setting(2, renamed_from="older")
 
     with pytest.raises(ValueError, match="total = 3 was renamed: write planned instead"):
         Composed(total=3)
@@ -229,16 +227,16 @@ def test_ctrl_c_outside_the_loop_ends_a_stage_with_one_line_and_130(monkeypatch,
 
 
 def test_a_run_the_loop_stopped_says_its_signal_step_and_checkpoint(monkeypatch):
-    from lehr import training
     from lehr.engine.config import Launch
     from lehr.engine.run import signals
+    from lehr.stages import training_job
 
     summary = {"stopped": "signal", "step": 6, "out_dir": "runs/auto-1"}
-    monkeypatch.setattr(training.launch, "run", lambda *a, **k: summary)
-    monkeypatch.setattr(training.tracking, "mark_attempt", lambda out_dir: None)
+    monkeypatch.setattr(training_job.launch, "run", lambda *a, **k: summary)
+    monkeypatch.setattr(training_job.step_forwarder, "mark_attempt", lambda out_dir: None)
     monkeypatch.setattr(signals, "_received", "SIGINT")
     with pytest.raises(Stopped) as stop:
-        training.run_engine(
+        training_job.run_engine(
             types.SimpleNamespace(out_dir="runs/auto-1"), types.SimpleNamespace(launch=Launch())
         )
     assert stop.value.exit_status == 130 and str(stop.value) == (
@@ -246,7 +244,7 @@ def test_a_run_the_loop_stopped_says_its_signal_step_and_checkpoint(monkeypatch)
     )
     monkeypatch.setattr(signals, "_received", None)  # through torchrun: the workers heard it
     with pytest.raises(Stopped, match="stopped by a signal at step 6") as stop:
-        training.run_engine(
+        training_job.run_engine(
             types.SimpleNamespace(out_dir="runs/auto-1"), types.SimpleNamespace(launch=Launch())
         )
     assert stop.value.exit_status == 143

@@ -125,7 +125,7 @@ def test_dvc_and_kedro_read_the_same_parameters_under_every_profile(repo):
 def test_an_edit_in_the_workspace_is_what_runs_and_what_the_record_names(repo, tmp_path):
     """The virtualenv's lehr is the project checkout's; this workspace (a copy) has its own src.
     `python -m lehr`, the `lehr` script and DVC's corpus stage all run the workspace's code."""
-    edited = repo / "src/lehr/data/bundled_corpus.py"
+    edited = repo / "src/lehr/dataprep/bundled_corpus.py"
     edited.write_text(
         edited.read_text() + '\nprint("the edit in this workspace ran", file=__import__("sys").stderr)\n'
     )
@@ -136,5 +136,5 @@ def test_an_edit_in_the_workspace_is_what_runs_and_what_the_record_names(repo, t
     out = sh(repo, "dvc", "repro", "corpus")
     assert "the edit in this workspace ran" in out.stdout + out.stderr  # ...and runs it
     deps = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]["corpus"]["deps"]
-    recorded = next(d["md5"] for d in deps if d["path"] == "src/lehr/data/bundled_corpus.py")
+    recorded = next(d["md5"] for d in deps if d["path"] == "src/lehr/dataprep/bundled_corpus.py")
     assert recorded == hashlib.md5(edited.read_bytes()).hexdigest()

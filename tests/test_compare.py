@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from lehr.__main__ import main
-from lehr.comparison import check_comparable, paired
 from lehr.engine.run.loop import train
+from lehr.reports.comparison import check_comparable, paired
 
 
 def test_a_shift_shared_by_every_item_is_significant_and_noise_is_not():

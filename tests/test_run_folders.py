@@ -32,14 +32,14 @@ def layout(tmp_path: Path, monkeypatch) -> dict[str, Path]:
     (tmp_path / "conf" / "local").mkdir()
     (tmp_path / "conf" / "base" / "catalog.yml").write_text(
         "".join(
-            f"{name}:\n  type: lehr.datasets.RunDirDataset\n  path: 06_models/{folder}\n"
+            f"{name}:\n  type: lehr.catalog.RunDirDataset\n  path: 06_models/{folder}\n"
             for name, folder in [
                 ("stable_run", "stable_run"),
                 ("pre_anneal", "pre_anneal"),
                 ("anneal_runs", "anneal_runs"),
             ]
         )
-        + "anneal_branches:\n  type: lehr.datasets.AnnealBranchesDataset\n  path: 06_models/anneal\n"
+        + "anneal_branches:\n  type: lehr.catalog.AnnealBranchesDataset\n  path: 06_models/anneal\n"
         "  by_hand: 06_models/branches\n"
     )
     monkeypatch.chdir(tmp_path)

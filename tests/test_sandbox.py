@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from lehr import sandbox
+from lehr.project import sandbox
 from tests import ROOT
 
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from lehr.data.corpus import Corpus, Document, cut_points
-from lehr.data.params import ShardParams, TokenizeParams
-from lehr.data.token_store import TokenStoreError
-from lehr.data.tokenization import token_dtype, training_sample
-from lehr.datasets import ShardsDataset, TokenStreamsDataset
+from lehr.catalog import ShardsDataset, TokenStreamsDataset
+from lehr.dataprep.corpus import Corpus, Document, cut_points
+from lehr.dataprep.params import ShardParams, TokenizeParams
+from lehr.dataprep.token_store import TokenStoreError
+from lehr.dataprep.tokenization import token_dtype, training_sample
 from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
 from tests.conftest import SMOKE_TOKENIZE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlflow
 
-from lehr.tracking import runs as tracking
+from lehr.tracking import step_forwarder
 
 
 def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monkeypatch):
@@ -15,8 +15,8 @@ def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monk
             sent.append((run_id, metrics))
 
     monkeypatch.setattr(mlflow, "MlflowClient", Client)
-    monkeypatch.setenv(tracking.RUN_ID_ENV, "run-1")
-    forward = tracking.mlflow_forwarder()
+    monkeypatch.setenv(step_forwarder.RUN_ID_ENV, "run-1")
+    forward = step_forwarder.mlflow_forwarder()
     records = [
         {
             "kind": "train",
@@ -50,7 +50,7 @@ def test_a_locked_tracking_store_neither_stalls_nor_stops_training(tmp_path, mon
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     try:
         with mlflow.start_run() as run:
-            forward = tracking.mlflow_forwarder()
+            forward = step_forwarder.mlflow_forwarder()
             blocker = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
             blocker.execute("BEGIN EXCLUSIVE")
             # The store stays locked until after this call returns: a sender that wrote in the caller's
@@ -73,8 +73,8 @@ def test_a_store_that_never_recovers_costs_a_warning_not_the_run(monkeypatch, ca
         def log_batch(self, run_id, metrics):
             raise ConnectionError("connection refused")
 
-    monkeypatch.setattr(tracking, "CLOSE_WAIT_S", 1)
-    forward = tracking.Forwarder(Down(), "run-1")
+    monkeypatch.setattr(step_forwarder, "CLOSE_WAIT_S", 1)
+    forward = step_forwarder.Forwarder(Down(), "run-1")
     with caplog.at_level(logging.WARNING):
         forward([{"kind": "train", "step": 1, "loss": 2.0, "lr": 1e-3}])
         forward.close()

@@ -9,7 +9,7 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.startup import bootstrap_project
 
 from lehr.engine.artifacts.code_identity import imported
-from lehr.project import catalog_paths
+from lehr.project.paths import catalog_paths
 from tests import ROOT
 
 GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())
@@ -121,9 +121,9 @@ def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
 # locks only refuse a second writer, errors (and the `kedro run` that prints them) only word what
 # went wrong, stage_lines only logs, and the package's __init__ holds only its version.
 NO_EFFECT_ON_OUTPUTS = {
-    "src/lehr/tracking/runs.py",
+    "src/lehr/tracking/step_forwarder.py",
     "src/lehr/tracking/hooks.py",
-    "src/lehr/stage_lines.py",
+    "src/lehr/stages/lines.py",
     "src/lehr/cli.py",
     "src/lehr/files/locks.py",
     "src/lehr/errors.py",
@@ -146,7 +146,7 @@ def _lehr_imports(path) -> set[str]:
 
 
 KEDRO_RUNS = (
-    "src/lehr/datasets/__init__.py",
+    "src/lehr/catalog/__init__.py",
     "src/lehr/settings.py",
     "src/lehr/pipeline_registry.py",
     "src/lehr/cli.py",
@@ -167,7 +167,7 @@ def test_every_module_a_stage_runs_is_one_of_its_deps():
         # What Kedro runs around every pipeline: the settings (hooks), the registry, lehr's `kedro run`.
         todo = {str(p.relative_to(ROOT)) for p in package.glob("*.py")} | set(KEDRO_RUNS)
         if stage == "corpus":
-            todo = {"src/lehr/data/bundled_corpus.py"}
+            todo = {"src/lehr/dataprep/bundled_corpus.py"}
         seen: set[str] = set()
         while todo:
             current = todo.pop()

@@ -32,7 +32,7 @@ from lehr.errors import EXIT, explained
 
 
 def _corpus(args: argparse.Namespace) -> int:
-    from lehr.data.bundled_corpus import build
+    from lehr.dataprep.bundled_corpus import build
 
     out = Path(args.out)
     if out.exists():
@@ -54,8 +54,8 @@ def _last_eval(progress: dict) -> dict:
 
 
 def _branches(args: argparse.Namespace) -> int:
-    from lehr.datasets.branches_dataset import made_by, scan, scan_homes
-    from lehr.project import branch_homes
+    from lehr.catalog.branches_dataset import made_by, scan, scan_homes
+    from lehr.project.paths import branch_homes
 
     if args.root:
         homes, (branches, left_out) = (Path(args.root),), scan(Path(args.root))
@@ -84,7 +84,7 @@ def _branches(args: argparse.Namespace) -> int:
             f"{prog['tokens']:11,d} {ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
             f"{prog.get('best_loss') or float('nan'):10.4f}"
         )
-    from lehr.project import portable
+    from lehr.project.paths import portable
 
     print(f"folders: {', '.join(map(portable, homes))} (docs/tracking.md: which command writes where)")
     return 0
@@ -172,11 +172,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _lm_eval(args: argparse.Namespace) -> int:
     try:
-        from lehr import harness
+        from lehr.reports import lm_eval_harness
     except ImportError as e:
         print(f"lehr: error: {e}", file=sys.stderr)
         return 2
-    results = harness.run(
+    results = lm_eval_harness.run(
         Path(args.checkpoint),
         [t for t in args.tasks.split(",") if t],
         include_path=Path(args.include_path) if args.include_path else None,
@@ -187,7 +187,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
         output=Path(args.output) if args.output else None,
         samples=Path(args.log_samples) if args.log_samples else None,
     )
-    print(harness.table(results))
+    print(lm_eval_harness.table(results))
     return 0
 
 
@@ -214,12 +214,12 @@ def _generate(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from tokenizers import Tokenizer
 
-    from lehr import comparison
     from lehr.engine.artifacts.checkpoint import verify
     from lehr.engine.batches import ShardSet, manifest_sha256
     from lehr.engine.evals.evaluation import HeldOut, load_model
     from lehr.engine.evals.tasks import read_task
     from lehr.engine.hardware import resolve
+    from lehr.reports import comparison
 
     paths = (Path(args.a), Path(args.b))
     states = [verify(p) for p in paths]
@@ -242,7 +242,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _ladder(args: argparse.Namespace) -> int:
-    from lehr.scaling_fit import predict
+    from lehr.reports.scaling_fit import predict
 
     path = Path(args.fit)
     if not path.is_file():
@@ -279,9 +279,9 @@ def _check(args: argparse.Namespace) -> int:
 
     `dvc exp run -S key=bad` removes a stage's outputs before its command can refuse the value;
     checking first (`make check-params`, `lehr exp`) keeps them."""
-    from lehr import conf_visibility
-    from lehr.experiments import problems_of
-    from lehr.project import profile_in_force
+    from lehr.project import conf_visibility
+    from lehr.project.experiments import problems_of
+    from lehr.project.paths import profile_in_force
 
     env = args.env or profile_in_force(Path.cwd())
     for note in conf_visibility.unread_overrides(Path.cwd(), env):
@@ -297,27 +297,27 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _exp(args: argparse.Namespace) -> int:
-    from lehr.experiments import run
-    from lehr.project import profile_in_force
+    from lehr.project.experiments import run
+    from lehr.project.paths import profile_in_force
 
     return run(Path.cwd(), profile_in_force(Path.cwd()), args.dvc_args)
 
 
 def _experiments(args: argparse.Namespace) -> int:
-    from lehr.experiments import table
+    from lehr.project.experiments import table
 
     print(table(Path.cwd(), args.baseline))
     return 0
 
 
 def _mlflow_ui(args: argparse.Namespace) -> int:
-    from lehr.mlflow_ui import serve
+    from lehr.project.mlflow_ui import serve
 
     return serve(args.store, args.host, args.port)
 
 
 def _sandbox(args: argparse.Namespace) -> int:
-    from lehr.sandbox import create
+    from lehr.project.sandbox import create
 
     dest = create(Path.cwd(), Path(args.dest), args.profile, force=args.force)
     print(f"sandbox on the {args.profile} profile in {dest}: `cd {dest} && dvc repro` runs it")
@@ -325,8 +325,8 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 
 def _join(args: argparse.Namespace) -> int:
-    from lehr.helper_node import join, runtime_params
-    from lehr.project import profile_in_force
+    from lehr.project.paths import profile_in_force
+    from lehr.stages.join import join, runtime_params
 
     env = args.env or profile_in_force(Path.cwd())
     node = join(Path.cwd(), args.stage, env, runtime_params(args.params))
@@ -335,14 +335,14 @@ def _join(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> dict[str, Path]:
-    from lehr.project import catalog_paths
+    from lehr.project.paths import catalog_paths
 
     return catalog_paths(Path.cwd(), getattr(args, "env", None))
 
 
 def _layout(args: argparse.Namespace):
     from lehr.files.run_folders import Layout
-    from lehr.project import branch_homes
+    from lehr.project.paths import branch_homes
 
     paths = _catalog(args)
     homes = branch_homes(Path.cwd(), getattr(args, "env", None))

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, Literal, Union
 
@@ -124,11 +125,67 @@ def refuse_keys(cls: type, given: dict) -> None:
 
 
 def renames(cls: type) -> dict[str, str]:
-    """The ``RENAMED`` of every class along ``cls``'s inheritance chain (a part's renamed key is
-    refused in every config composed of it), less any name a field has taken again."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    merged = {k: v for c in reversed(cls.__mro__) for k, v in vars(c).get("RENAMED", {}).items()}
-    return {old: new for old, new in merged.items() if old not in names}
+    """Each field's ``renamed_from`` (``setting``) -> the field: a part's renamed key is refused in
+    every config composed of it, unless a field has taken the old name again."""
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields}
+    return {
+        f.metadata["renamed_from"]: f.name
+        for f in fields
+        if "renamed_from" in f.metadata and f.metadata["renamed_from"] not in names
+    }
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    resumable: bool = False,
+    off: Any = MISSING,
+    used_if: Callable[[Any], bool] | None = None,
+    renamed_from: str | None = None,
+) -> Any:
+    """A field that declares, beside its default, what the config's rules must know of it:
+
+    - ``resumable``: a resumed run may change it; it is left out of the math hash that an exact
+      resume must match.
+    - ``off``: its value that means "not in use". At that value the field is left out of the math
+      hash and of a branch name's digest, as it was in the runs made before the field existed, so
+      their checkpoints still resume and their folders keep their names.
+    - ``used_if``: the field is in use only when this holds of the config (Muon's settings under
+      Muon); otherwise it is left out as if off.
+    - ``renamed_from``: the key it had before; that key is refused, naming this one.
+    """
+    meta: dict[str, Any] = {}
+    if resumable:
+        meta["resumable"] = True
+    if off is not MISSING:
+        meta["off"] = off
+    if used_if is not None:
+        meta["used_if"] = used_if
+    if renamed_from is not None:
+        meta["renamed_from"] = renamed_from
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def resumable(cls: type) -> frozenset[str]:
+    """The fields of a config dataclass that a resumed run may change (``setting(resumable=True)``)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resumable"))
+
+
+def not_in_use(cfg: Any) -> set[str]:
+    """The fields of a config dataclass at their "not in use" value, or unused under the rest of
+    the config (``setting``'s ``off`` and ``used_if``)."""
+    out = set()
+    for f in dataclasses.fields(cfg):
+        meta = f.metadata
+        if ("off" in meta and getattr(cfg, f.name) == meta["off"]) or (
+            "used_if" in meta and not meta["used_if"](cfg)
+        ):
+            out.add(f.name)
+    return out
 
 
 def build(cls: type, mapping: dict) -> Any:
@@ -151,9 +208,6 @@ class Part:
     """Base of every config part: types checked, nested mappings made dataclasses, then the
     ``check`` of each class along the inheritance chain (so a composed config checks every part)."""
 
-    RESUMABLE: ClassVar[frozenset] = frozenset()  # fields a resumed run may change
-    RENAMED: ClassVar[dict[str, str]] = {}  # an old key -> its new name; the old one is refused
-
     def __new__(cls, *args, **kwargs):
         # Kedro builds a stage's params as cls(**mapping): the keys are refused here, by name. Without
         # keywords (copy and pickle make the object first, then its fields) there is nothing to check.
@@ -174,10 +228,6 @@ class Part:
         for cls in reversed(type(self).__mro__):
             if "check" in vars(cls):
                 vars(cls)["check"](self)
-
-    @classmethod
-    def resumable(cls) -> frozenset:
-        return frozenset().union(*(getattr(c, "RESUMABLE", frozenset()) for c in cls.__mro__))
 
     def part(self, cls: type) -> dict:
         """The values of ``cls``'s fields: how a composed config hands a part on."""

@@ -4,9 +4,9 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from lehr.conf_visibility import ConfigInForce
-from lehr.project import profile_in_force
-from lehr.stage_lines import StageLines
+from lehr.project.conf_visibility import ConfigInForce
+from lehr.project.paths import profile_in_force
+from lehr.stages.lines import StageLines
 from lehr.tracking.hooks import MlflowTracking
 
 HOOKS = (ConfigInForce(), MlflowTracking(), StageLines())

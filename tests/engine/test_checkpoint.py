@@ -65,7 +65,7 @@ import numpy as np, torch
 from lehr.engine.artifacts import checkpoint
 from lehr.engine.artifacts.checkpoint import CheckpointError, Rolling
 from lehr.engine.model import Transformer, preset
-from lehr.data.sharding import write_shard_set
+from lehr.dataprep.sharding import write_shard_set
 
 root, which, limit = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 model = Transformer(preset("tiny", 64))

@@ -7,7 +7,13 @@ import pytest
 from lehr.engine.schedule import decay_factor, lr_at
 
 WSD = dict(
-    kind="wsd", lr=1.0, min_lr=0.1, warmup_steps=10, planned_steps=100, anneal_steps=20, shape="linear"
+    schedule="wsd",
+    lr=1.0,
+    min_lr=0.1,
+    warmup_steps=10,
+    planned_steps=100,
+    anneal_steps=20,
+    decay_shape="linear",
 )
 
 
@@ -26,7 +32,7 @@ def test_decay_shapes(shape, mid):
 
 
 def test_wsd_decays_from_the_decided_start_to_min_lr():
-    cfg = {**WSD, "shape": "1-sqrt"}
+    cfg = {**WSD, "decay_shape": "1-sqrt"}
     assert lr_at(59, anneal_start=60, **cfg) == 1.0
     lrs = [lr_at(s, anneal_start=60, **cfg) for s in range(60, 80)]
     assert all(a > b for a, b in zip(lrs, lrs[1:]))
@@ -34,7 +40,7 @@ def test_wsd_decays_from_the_decided_start_to_min_lr():
 
 
 def test_cosine_baseline_ends_at_min_lr_at_planned_steps():
-    cfg = {**WSD, "kind": "cosine"}
+    cfg = {**WSD, "schedule": "cosine"}
     assert lr_at(10, anneal_start=None, **cfg) == pytest.approx(1.0)
     assert lr_at(55, anneal_start=None, **cfg) == pytest.approx(0.55)
     assert lr_at(100, anneal_start=None, **cfg) == pytest.approx(0.1)

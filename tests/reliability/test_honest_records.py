@@ -20,12 +20,12 @@ import pytest
 from tokenizers import Tokenizer
 
 from lehr.__main__ import main
+from lehr.catalog import CheckpointDataset, TokenStreamsDataset
+from lehr.catalog.branches_dataset import AnnealBranchesDataset
 from lehr.config_parts import from_mapping
-from lehr.data.corpus import Corpus, CorpusError
-from lehr.data.params import TokenizeParams
-from lehr.data.token_store import TokenStoreError, load
-from lehr.datasets import CheckpointDataset, TokenStreamsDataset
-from lehr.datasets.branches_dataset import AnnealBranchesDataset
+from lehr.dataprep.corpus import Corpus, CorpusError
+from lehr.dataprep.params import TokenizeParams
+from lehr.dataprep.token_store import TokenStoreError, load
 from lehr.engine.artifacts import code_identity
 from lehr.engine.artifacts.checkpoint import CheckpointError
 from lehr.engine.config import Launch
@@ -34,10 +34,10 @@ from lehr.engine.evals.tasks import TaskError, read_task
 from lehr.engine.run.loop import train
 from lehr.engine.run.metrics import CLOCK_KEYS, timing
 from lehr.files import locks
-from lehr.params import AnnealParams, PretrainParams, SoupParams
 from lehr.pipelines.soup.nodes import make_soup
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
-from lehr.stage_checks import corpus_problems
+from lehr.stages.mix_checks import corpus_problems
+from lehr.stages.params import AnnealParams, PretrainParams, SoupParams
 from tests import ROOT
 from tests.conftest import SMOKE_TOKENIZE
 from tests.e2e import dir_hash

@@ -2,14 +2,15 @@
 
 Each part (schedule, optimizer, data, hardware, eval, checkpointing, ...) is a frozen dataclass
 that declares its settings with their types, defaults and checks. ``TrainConfig`` is every part
-together; the Kedro stage params (``lehr.params``) inherit the same parts, so a setting such as
+together; the Kedro stage params (``lehr.stages.params``) inherit the same parts, so a setting such as
 ``lr`` is declared, defaulted and validated here and nowhere else, and a stage's params become a
 ``TrainConfig`` by taking the fields the parts share (``run_config``) instead of copying them.
 An anneal branch's own settings are one more part, ``BranchConfig``, applied by
 ``TrainConfig.branch``.
 
-A field either changes the math of a step or it does not (``RESUMABLE``): the math fields make
-the hash that an exact resume must match.
+A field either changes the math of a step or it does not (``setting(resumable=True)``): the math
+fields make the hash that an exact resume must match. A field added after checkpoints existed
+declares its "not in use" value (``setting(off=...)``), at which it stays out of that hash.
 """
 
 from __future__ import annotations
@@ -18,9 +19,18 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
-from lehr.config_parts import Part, check_mix, require, require_positive, require_seed
+from lehr.config_parts import (
+    Part,
+    check_mix,
+    not_in_use,
+    require,
+    require_positive,
+    require_seed,
+    resumable,
+    setting,
+)
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
 from lehr.engine.optim import MUON_WORK, OPTIMIZERS
@@ -31,8 +41,6 @@ from lehr.engine.schedule import SHAPES
 class ScheduleConfig(Part):
     """The learning rate over the steps: warmup, then WSD's stable phase or a cosine."""
 
-    RENAMED: ClassVar[dict] = {"total_steps": "planned_steps"}
-
     schedule: Literal["wsd", "cosine"] = (
         "wsd"  # cosine = the baseline: one warmup + cosine over planned_steps
     )
@@ -42,8 +50,7 @@ class ScheduleConfig(Part):
     # The planned length in optimizer steps: the planned stable phase and the planned decay. The
     # fractions of the stable phase and the anneal are of it; auto-anneal may stop the stable phase
     # later than planned (up to auto_anneal.max_fraction), so a run can be longer: 490 + 280 steps.
-    planned_steps: int = 700
-    RESUMABLE: ClassVar[frozenset] = frozenset({"planned_steps"})
+    planned_steps: int = setting(700, resumable=True, renamed_from="total_steps")
 
     def check(self) -> None:
         require_positive(self, "lr", "planned_steps")
@@ -51,26 +58,31 @@ class ScheduleConfig(Part):
         require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
 
 
+def _under_muon(cfg: OptimizerConfig) -> bool:
+    return cfg.optimizer == "muon"
+
+
 @dataclass(frozen=True, kw_only=True)
 class OptimizerConfig(Part):
     """The objective and the update: AdamW, or Muon on the hidden matrices with AdamW on the rest
     (``optim``); global-norm clipping; an optional z-loss on the logits."""
 
-    optimizer: Literal[OPTIMIZERS] = "muon"
+    optimizer: Literal[OPTIMIZERS] = setting("muon", off="adamw")  # adamw came first
     weight_decay: float = 0.1  # AdamW's matrices only (with muon: embeddings and head)
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # max global grad norm; 0 = off
     # muon: the attention and MLP matrices. Its LR is the peak of the orthogonalised update per
     # step (scaled by sqrt(max(1, rows / cols)), Keller Jordan's rule), following lr's schedule.
-    muon_lr: float = 0.02
-    muon_momentum: float = 0.95  # Nesterov
-    muon_weight_decay: float = 0.0  # decoupled, per unit of muon_lr
-    z_loss: float = 0.0  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
+    muon_lr: float = setting(0.02, used_if=_under_muon)
+    muon_momentum: float = setting(0.95, used_if=_under_muon)  # Nesterov
+    muon_weight_decay: float = setting(0.0, used_if=_under_muon)  # decoupled, per unit of muon_lr
+    z_loss: float = setting(
+        0.0, off=0.0
+    )  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
     # Under DDP or FSDP: shared = each process orthogonalises its share of Muon's matrices
     # (balanced by cost) and they swap results; redundant = each does all of them. The same update.
-    muon_work: Literal[MUON_WORK] = "shared"
-    RESUMABLE: ClassVar[frozenset] = frozenset({"muon_work"})
+    muon_work: Literal[MUON_WORK] = setting("shared", resumable=True)
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
@@ -88,12 +100,14 @@ class DataConfig(Part):
 
     data_seed: int = 1  # training windows; an anneal branch takes a fresh one
     batch_size: int = 16  # sequences per optimizer step, all processes and micro-batches together
-    micro_batch: int = 8  # sequences per forward pass per process; accumulation makes up the rest
+    micro_batch: int = setting(
+        8, resumable=True
+    )  # sequences per forward pass per process; accumulation makes up the rest
     stable_mix: dict[str, float] = field(
         default_factory=lambda: {"gold": 1.0, "silver": 1.0}
     )  # tier -> weight
-    max_epochs_warn: float = 4.0  # warn at start when a tier would be repeated more often (epochs)
-    RESUMABLE: ClassVar[frozenset] = frozenset({"micro_batch", "max_epochs_warn"})
+    # warn at start when a tier would be repeated more often (epochs)
+    max_epochs_warn: float = setting(4.0, resumable=True)
 
     def check(self) -> None:
         require_positive(self, "batch_size", "micro_batch", "max_epochs_warn")
@@ -114,26 +128,21 @@ class HardwareConfig(Part):
 
     # auto: bf16 (fp16 on GPUs without it); on a CPU bf16 where it has bf16 instructions, else fp32
     precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = "auto"
-    compile: bool = False  # torch.compile the training step
-    attention: Literal[("auto", *ATTENTION)] = "auto"  # SDPA kernel; auto = PyTorch picks (same math)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    peak_tflops: float | None = None  # MFU denominator; None = from the hardware profile
+    compile: bool = setting(False, resumable=True)  # torch.compile the training step
+    # SDPA kernel; auto = PyTorch picks (same math)
+    attention: Literal[("auto", *ATTENTION)] = setting("auto", resumable=True)
+    device: Literal["auto", "cpu", "cuda"] = setting("auto", resumable=True)
+    peak_tflops: float | None = setting(
+        None, resumable=True
+    )  # MFU denominator; None = the hardware profile's
     # ddp: every process holds the whole model and optimizer; fsdp: FSDP2 shards parameters,
     # gradients and optimizer state across processes (checkpoints then go through DCP).
-    parallel: Literal["ddp", "fsdp"] = "ddp"
-    activation_checkpointing: Literal["none", "blocks"] = "none"  # blocks: recompute each in the backward
-    async_save: bool = False  # fsdp: a rolling checkpoint completes while training goes on
-    RESUMABLE: ClassVar[frozenset] = frozenset(
-        {
-            "compile",
-            "attention",
-            "device",
-            "peak_tflops",
-            "parallel",
-            "activation_checkpointing",
-            "async_save",
-        }
-    )
+    parallel: Literal["ddp", "fsdp"] = setting("ddp", resumable=True)
+    # blocks: recompute each in the backward
+    activation_checkpointing: Literal["none", "blocks"] = setting("none", resumable=True)
+    async_save: bool = setting(
+        False, resumable=True
+    )  # fsdp: a rolling checkpoint completes while training goes on
 
     def check(self) -> None:
         require(
@@ -161,26 +170,16 @@ def task_metric(metric: str) -> tuple[str, str] | None:
 class EvalConfig(Part):
     """Held-out evals during training: how often, on how much, task evals, and a sample of text."""
 
-    log_every: int = 20  # steps between log lines (each one a host sync)
-    eval_every: int = 40  # steps between held-out evals
-    eval_windows: int = 32  # fixed held-out windows per source
-    sample_tokens: int = 32  # tokens of text sampled at each eval; 0 = none
-    sample_prompt: str = "The"
-    task_examples: int = 100  # examples of each task scored at every eval (the first ones); 0 = no task evals
+    log_every: int = setting(20, resumable=True)  # steps between log lines (each one a host sync)
+    eval_every: int = setting(40, resumable=True)  # steps between held-out evals
+    eval_windows: int = setting(32, resumable=True)  # fixed held-out windows per source
+    sample_tokens: int = setting(32, resumable=True)  # tokens of text sampled at each eval; 0 = none
+    sample_prompt: str = setting("The", resumable=True)
+    # examples of each task scored at every eval (the first ones); 0 = no task evals
+    task_examples: int = setting(100, resumable=True)
     # The eval figure auto-anneal, early stop and the best checkpoint go by: heldout.loss,
     # heldout.bpb or tasks.<task>.<acc|acc_norm|loglik> (stall_eps is then in its units).
-    decide_by: str = "heldout.loss"
-    RESUMABLE: ClassVar[frozenset] = frozenset(
-        {
-            "log_every",
-            "eval_every",
-            "eval_windows",
-            "sample_tokens",
-            "sample_prompt",
-            "task_examples",
-            "decide_by",
-        }
-    )
+    decide_by: str = setting("heldout.loss", resumable=True)
 
     def check(self) -> None:
         require_positive(self, "log_every", "eval_every", "eval_windows")
@@ -198,12 +197,11 @@ class EvalConfig(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointConfig(Part):
-    ckpt_every: int = 40  # steps between rolling checkpoints
-    keep_last: int = 2  # rolling checkpoints kept
+    ckpt_every: int = setting(40, resumable=True)  # steps between rolling checkpoints
+    keep_last: int = setting(2, resumable=True)  # rolling checkpoints kept
     # A resume under engine code, or versions of what decides bytes (lehr.versions), other than
     # the checkpoint's is refused (naming what differs); true continues, and the record keeps both.
-    resume_under_new_code: bool = False
-    RESUMABLE: ClassVar[frozenset] = frozenset({"ckpt_every", "keep_last", "resume_under_new_code"})
+    resume_under_new_code: bool = setting(False, resumable=True)
 
     def check(self) -> None:
         require_positive(self, "ckpt_every", "keep_last")
@@ -214,12 +212,13 @@ class GuardConfig(Part):
     """What a step is skipped for: a non-finite grad norm always; a loss spike when spike_sigma > 0."""
 
     seed: int = 0  # model init and the per-rank RNGs
-    max_consecutive_skips: int = 5  # non-finite steps in a row before the run aborts
+    # non-finite steps in a row before the run aborts
+    max_consecutive_skips: int = setting(5, resumable=True)
     # A step whose loss exceeds the mean of the last spike_window steps' losses by more than
     # spike_sigma of their standard deviations is skipped (OLMo-core's rule); 0 = never.
-    spike_sigma: float = 0.0
-    spike_window: int = 64  # steps; no step is skipped as a spike before the window is full
-    RESUMABLE: ClassVar[frozenset] = frozenset({"max_consecutive_skips"})
+    spike_sigma: float = setting(0.0, off=0.0)
+    # steps; no step is skipped as a spike before the window is full
+    spike_window: int = setting(64, used_if=lambda c: c.spike_sigma != 0)
 
     def check(self) -> None:
         require_seed("seed", self.seed)
@@ -331,7 +330,7 @@ class BranchConfig(Part):
     decay_steps: int = 0  # decay length in steps; 0 = decay_ratio or decay_fraction below
     # Of the steps trained before the branch's origin (Hagele et al. 2024 decay 20% of them): a
     # decay that scales with the branch point; 0 = off.
-    decay_ratio: float = 0.0
+    decay_ratio: float = setting(0.0, off=0.0)  # came after branches had names
     decay_fraction: float = 0.4  # of planned_steps, when decay_steps and decay_ratio are 0
     shape: Literal[SHAPES] = "1-sqrt"
     min_lr: float = 0.0  # learning rate at the end of the decay
@@ -374,11 +373,13 @@ class BranchConfig(Part):
 class StopConfig(Part):
     """What ends the run besides its budget; the policies in ``stopping`` read these."""
 
-    end_step: int | None = None  # stop before this step; None = planned_steps unless stop_rule decides
-    stop_rule: StopRule | None = None  # the stable phase only
-    patience: int = 0  # evals without a new best before an early stop; 0 = never
-    patience_from_step: int = 0  # patience is only counted from this step (mid-decay)
-    RESUMABLE: ClassVar[frozenset] = frozenset({"end_step", "stop_rule", "patience", "patience_from_step"})
+    # stop before this step; None = planned_steps unless stop_rule decides
+    end_step: int | None = setting(None, resumable=True)
+    stop_rule: StopRule | None = setting(None, resumable=True)  # the stable phase only
+    patience: int = setting(0, resumable=True)  # evals without a new best before an early stop; 0 = never
+    patience_from_step: int = setting(
+        0, resumable=True
+    )  # patience is only counted from this step (mid-decay)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop_rule, dict):  # from a job file
@@ -391,15 +392,15 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
     """One training run: every part, plus the model, the data and where it writes."""
 
     model: ModelConfig
-    shards: str  # shard folder holding manifest.json and tokenizer.json
-    out_dir: str  # this run's rolling checkpoints and metrics.jsonl
-    init_from: str | None = None  # checkpoint to branch from when out_dir holds none
-    init_optimizer: bool = True  # branch with the optimizer state too
-    provenance: dict = field(default_factory=dict)  # git commit, data hashes... stored in checkpoints
-    task_files: dict[str, str] = field(default_factory=dict)  # task name -> JSONL file, scored at evals
-    RESUMABLE: ClassVar[frozenset] = frozenset(
-        {"out_dir", "shards", "init_from", "init_optimizer", "provenance", "task_files"}
-    )
+    shards: str = setting(resumable=True)  # shard folder holding manifest.json and tokenizer.json
+    out_dir: str = setting(resumable=True)  # this run's rolling checkpoints and metrics.jsonl
+    init_from: str | None = setting(None, resumable=True)  # checkpoint to branch from when out_dir holds none
+    init_optimizer: bool = setting(True, resumable=True)  # branch with the optimizer state too
+    # git commit, data hashes... stored in checkpoints
+    provenance: dict = setting(factory=dict, resumable=True)
+    task_files: dict[str, str] = setting(
+        factory=dict, resumable=True
+    )  # task name -> JSONL file, scored at evals
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):  # from a job file
@@ -431,7 +432,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
             anneal_mix=b.mix,
             anneal_start=start,
             anneal_steps=end - start,
-            decay_shape=b.shape,
+            decay_shape=b.shape,  # a branch has one decay: anneal.shape; the run has a stable phase too
             end_step=end,
             init_from=init_from,
             init_optimizer=b.init_optimizer,
@@ -453,22 +454,8 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         return {**dataclasses.asdict(self), "model": self.model.math_dict()}
 
     def math_fields(self) -> dict:
-        skip = self.resumable() | self._absent()
+        skip = resumable(type(self)) | not_in_use(self)
         return {k: v for k, v in self.to_dict().items() if k not in skip}
-
-    def _absent(self) -> set[str]:
-        """Fields added after checkpoints existed, left out of the math at the value that means
-        "not in use", so those checkpoints still resume (and keep their run folders)."""
-        out = {
-            k
-            for k, off in (("optimizer", "adamw"), ("z_loss", 0.0), ("spike_sigma", 0.0))
-            if getattr(self, k) == off
-        }
-        if self.optimizer != "muon":
-            out |= {"muon_lr", "muon_momentum", "muon_weight_decay"}
-        if self.spike_sigma == 0:
-            out.add("spike_window")
-        return out
 
     def math_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.math_fields(), sort_keys=True).encode()).hexdigest()[:16]

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from lehr.config_parts import not_in_use, setting
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -31,7 +33,7 @@ class ModelConfig:
     init_std: float = 0.02  # std of the normal init of every matrix
     # Key/value heads (grouped-query attention: each serves n_head / n_kv_head query heads);
     # None = n_head, plain multi-head attention.
-    n_kv_head: int | None = None
+    n_kv_head: int | None = setting(None, off=None)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -56,11 +58,9 @@ class ModelConfig:
 
     def math_dict(self) -> dict:
         """The fields that shape the model's math, as checkpoints record them. A field added after
-        checkpoints existed is left out at its "absent" value, so those checkpoints still resume."""
-        out = dataclasses.asdict(self)
-        if out["n_kv_head"] is None:
-            del out["n_kv_head"]
-        return out
+        checkpoints existed is left out at its "not in use" value, so those checkpoints still resume."""
+        absent = not_in_use(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in absent}
 
 
 # vocab_size and seq_len of a preset are defaults; the run sets vocab_size from the tokenizer.

@@ -28,26 +28,26 @@ def decay_factor(progress: float, shape: str) -> float:
 def lr_at(
     step: int,
     *,
-    kind: str,
+    schedule: str,
     lr: float,
     min_lr: float,
     warmup_steps: int,
     planned_steps: int,
     anneal_start: int | None,
     anneal_steps: int,
-    shape: str,
+    decay_shape: str,
 ) -> float:
     if step < warmup_steps:
         return lr * (step + 1) / warmup_steps
-    if kind == "cosine":
+    if schedule == "cosine":
         progress = (step - warmup_steps) / max(1, planned_steps - warmup_steps)
         return min_lr + (lr - min_lr) * decay_factor(progress, "cosine")
-    if kind != "wsd":
-        raise ValueError(f"unknown schedule {kind!r}; choose wsd or cosine")
+    if schedule != "wsd":
+        raise ValueError(f"unknown schedule {schedule!r}; choose wsd or cosine")
     if anneal_start is None or step < anneal_start:
         return lr
     progress = (step - anneal_start + 1) / max(1, anneal_steps)
-    return min_lr + (lr - min_lr) * decay_factor(progress, shape)
+    return min_lr + (lr - min_lr) * decay_factor(progress, decay_shape)
 
 
 def mix_at(

@@ -20,8 +20,8 @@ from pathlib import Path
 from kedro.framework.hooks import hook_impl
 
 from lehr.engine.run.metrics import flatten
-from lehr.project import profile_in_force
-from lehr.tracking import runs as tracking
+from lehr.project.paths import profile_in_force
+from lehr.tracking import step_forwarder
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class MlflowTracking:
         self._end_quietly("FAILED")
 
     def _start(self, uri: str, run_params: dict, catalog) -> None:
-        tracking.quick_failures()
+        step_forwarder.quick_failures()
         import mlflow
 
         from lehr.tracking import provenance

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from lehr.engine.artifacts.state import STATE, State, state_file
-from lehr.project import portable
+from lehr.project.paths import portable
 
 
 def _git(*args: str) -> str | None:

@@ -77,7 +77,7 @@ def window_nats(
     model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int
 ) -> dict[str, np.ndarray]:
     """Each held-out window's summed loss in nats, per source: the items a paired comparison of
-    two models resamples (``lehr.comparison``)."""
+    two models resamples (``lehr.reports.comparison``)."""
     was_training = model.training
     model.eval()
     out = {}

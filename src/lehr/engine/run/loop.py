@@ -225,14 +225,14 @@ class Run:
         cfg, t, s = self.cfg, self.t, self.prog.step
         lr = lr_at(
             s,
-            kind=cfg.schedule,
+            schedule=cfg.schedule,
             lr=cfg.lr,
             min_lr=cfg.min_lr,
             warmup_steps=cfg.warmup_steps,
             planned_steps=cfg.planned_steps,
             anneal_start=self.anneal_start,
             anneal_steps=cfg.anneal_steps,
-            shape=cfg.decay_shape,
+            decay_shape=cfg.decay_shape,
         )
         optim.set_lr(t.optimizer, lr)
         batches = t.stream.next_batches(

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr.datasets.branches_dataset import check_free, run_by_dvc
+from lehr.catalog.branches_dataset import check_free, run_by_dvc
 from lehr.engine.run.metrics import METRICS
-from lehr.experiment_refs import refuse_experiment_branch
-from lehr.params import AnnealParams, PretrainParams
-from lehr.reporting import read_curve, stage_metrics, stage_timing
-from lehr.training import anneal_job, origin_of, run_engine
+from lehr.project.experiment_refs import refuse_experiment_branch
+from lehr.reports.stage_reports import read_curve, stage_metrics, stage_timing
+from lehr.stages.params import AnnealParams, PretrainParams
+from lehr.stages.training_job import anneal_job, origin_of, run_engine
 
 
 def train_anneal(

@@ -1,12 +1,12 @@
 """evaluate: held-out loss, perplexity and bits-per-byte of ``pre_anneal`` and anneal branches,
-per source, against a unigram baseline, and every task (``lehr.scoring``, plain Python); curves
-and plots across stable + anneal (``lehr.reporting``)."""
+per source, against a unigram baseline, and every task (``lehr.stages.scoring``, plain Python); curves
+and plots across stable + anneal (``lehr.reports.stage_reports``)."""
 
 import pandas as pd
 
-from lehr.params import PretrainParams
-from lehr.reporting import plot_curves, plot_tasks
-from lehr.scoring import evaluate_models
+from lehr.reports.stage_reports import plot_curves, plot_tasks
+from lehr.stages.params import PretrainParams
+from lehr.stages.scoring import evaluate_models
 
 __all__ = ["evaluate_models", "plot_tasks", "plot_training_curves"]
 

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr.params import PretrainParams
-from lehr.reporting import read_curve, stage_metrics, stage_timing
-from lehr.training import run_engine, stable_job
+from lehr.reports.stage_reports import read_curve, stage_metrics, stage_timing
+from lehr.stages.params import PretrainParams
+from lehr.stages.training_job import run_engine, stable_job
 
 
 def train_stable(
-    shards: dict, run_dir: Path, tasks: dict[str, Path], params: PretrainParams
+    shards: dict, runs_root: Path, tasks: dict[str, Path], params: PretrainParams
 ) -> tuple[Path, dict[str, Path], dict]:
-    summary = run_engine(stable_job(params, shards, run_dir, tasks), params)
+    """``runs_root`` is the catalog's ``stable_run``: the folder that holds each stable run's own."""
+    summary = run_engine(stable_job(params, shards, runs_root, tasks), params)
     points = {name: Path(path) for name, path in summary["branch_points"].items()}
     return Path(summary["pre_anneal"]), points, summary
 

@@ -6,18 +6,18 @@ import functools
 
 from tokenizers import Tokenizer
 
-from lehr.data.builtin_tasks import documents, make_tasks
-from lehr.data.params import ShardParams
-from lehr.data.sharding import ShardSpec
-from lehr.data.token_store import TokenStoreError, TokenStreams
-from lehr.data.tokenization import tokenizer_sha256
+from lehr.dataprep.builtin_tasks import documents, make_tasks
+from lehr.dataprep.params import ShardParams
+from lehr.dataprep.sharding import ShardSpec
+from lehr.dataprep.token_store import TokenStoreError, TokenStreams
+from lehr.dataprep.tokenization import tokenizer_sha256
 from lehr.tokens import ENDOFTEXT
 
 HELDOUT_CHARS = 20_000_000  # per source: the built-in tasks read this much held-out text at most
 
 
 def heldout_tasks(token_streams: TokenStreams, tokenizer: Tokenizer, params: ShardParams) -> dict[str, list]:
-    """Task files made from the held-out streams (``lehr.data.builtin_tasks``)."""
+    """Task files made from the held-out streams (``lehr.dataprep.builtin_tasks``)."""
     _check_tokenizer(token_streams, tokenizer)
     if not params.builtin_task_examples:
         return {}

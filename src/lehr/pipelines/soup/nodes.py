@@ -8,10 +8,10 @@ import logging
 import tempfile
 from pathlib import Path
 
-from lehr.datasets.branches_dataset import kind_of
+from lehr.catalog.branches_dataset import kind_of
 from lehr.engine.artifacts.soup import average
 from lehr.files.names import RULE, is_folder_name
-from lehr.params import SoupParams
+from lehr.stages.params import SoupParams
 from lehr.tracking.provenance import branched_from
 
 log = logging.getLogger(__name__)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from lehr.data.corpus import Corpus
-from lehr.data.params import TokenizeParams
-from lehr.data.token_store import Settings, bpe_sample, encode_corpus_to_parts
-from lehr.data.tokenization import train_bpe
+from lehr.dataprep.corpus import Corpus
+from lehr.dataprep.params import TokenizeParams
+from lehr.dataprep.token_store import Settings, bpe_sample, encode_corpus_to_parts
+from lehr.dataprep.tokenization import train_bpe
 
 
 def _settings(params: TokenizeParams) -> Settings:

@@ -8,9 +8,10 @@ import hashlib
 import json
 from pathlib import Path
 
+from lehr.config_parts import not_in_use
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import StopRule, TrainConfig
-from lehr.params import AnnealParams, PretrainParams
+from lehr.stages.params import AnnealParams, PretrainParams
 
 
 def _key(*parts) -> str:
@@ -34,7 +35,9 @@ def branch_name(p: PretrainParams, a: AnnealParams) -> str:
     """``anneal.branch``, or a name derived from the params that shape the anneal."""
     if a.branch:
         return a.branch
-    shaping = {k: v for k, v in vars(a).items() if k != "branch" and _OFF.get(k, _ON) != v}
+    # A setting at its "not in use" value is left out, so that a branch named before the setting
+    # existed keeps its name (and metrics.json its keys).
+    shaping = {k: v for k, v in vars(a).items() if k != "branch" and k not in not_in_use(a)}
     digest = hashlib.sha256(
         json.dumps(shaping | {"schedule": p.schedule}, sort_keys=True).encode()
     ).hexdigest()
@@ -42,8 +45,3 @@ def branch_name(p: PretrainParams, a: AnnealParams) -> str:
     length = f"r{a.decay_ratio:g}" if a.decay_ratio else str(a.length(p.planned_steps, 0))
     name = f"{kind}-{length}-{digest[:6]}"
     return name if a.origin == "pre_anneal" else f"{a.origin}-{name}"
-
-
-# Settings that came after branches had names, left out of the digest at the value that means
-# "not in use", so that a branch keeps its name (and metrics.json its keys).
-_OFF, _ON = {"origin": "pre_anneal", "decay_ratio": 0.0}, object()

@@ -1,4 +1,4 @@
-"""Typed stage parameters of the training stages (the data stages' are in ``lehr.data.params``).
+"""Typed stage parameters of the training stages (the data stages' are in ``lehr.dataprep.params``).
 Each class mirrors one key of ``conf/base/parameters_<stage>.yml``.
 
 Kedro turns the YAML mapping into these frozen dataclasses before any node runs (a node input
@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from lehr.config_parts import Part, Section, require, require_positive
-from lehr.data.params import ShardParams, TokenizeParams
+from lehr.config_parts import Part, Section, require, require_positive, setting
+from lehr.dataprep.params import ShardParams, TokenizeParams
 from lehr.engine.config import SHARED_PARTS, BranchConfig, Launch
 from lehr.files.names import RULE, is_folder_name
 
@@ -62,14 +62,13 @@ class PretrainParams(Section, *reversed(SHARED_PARTS)):
     model: ModelParams
     # Of planned_steps: the stable phase is planned to end at (1 - this) * planned_steps (auto-anneal may
     # move it). The anneal's own decay length is anneal.decay_steps / anneal.decay_fraction.
-    planned_decay_fraction: float
+    planned_decay_fraction: float = setting(renamed_from="decay_fraction")
     # Token counts at which the stable phase keeps a checkpoint to branch an anneal from
     # (anneal.origin: tokens-<N>); each a whole number of steps, within the stable phase.
     branch_points: list[int]
     auto_anneal: AutoAnnealParams
     launch: Launch
     SECTION: typing.ClassVar[str] = "pretrain"
-    RENAMED: typing.ClassVar[dict] = {"decay_fraction": "planned_decay_fraction"}
 
     def check(self) -> None:
         require(
@@ -98,8 +97,8 @@ class AnnealParams(Section, BranchConfig):
 
     branch: str  # the branch's folder ("" = derived from these params), in its home (docs/tracking.md)
     # What the branch starts from: pre_anneal (the stable phase's end) or one of its branch points,
-    # tokens-<N> for each N in pretrain.branch_points.
-    origin: str
+    # tokens-<N> for each N in pretrain.branch_points. Came after branches had names.
+    origin: str = setting(off="pre_anneal")
     SECTION: typing.ClassVar[str] = "anneal"
 
     def check(self) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from lehr.experiment_refs import experiments_of, git, show
+from lehr.project.experiment_refs import experiments_of, git, show
 
 REPORTS = Path("data/08_reporting")
 
@@ -41,9 +41,9 @@ def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
     against their tokenizer's: what ``stable_config`` would refuse."""
     from lehr.config_parts import from_mapping
     from lehr.engine.model import preset
-    from lehr.params import PretrainParams
-    from lehr.run_config import branch_point_steps, model_config, stop_rule
-    from lehr.stage_checks import section
+    from lehr.stages.mix_checks import section
+    from lehr.stages.params import PretrainParams
+    from lehr.stages.train_config import branch_point_steps, model_config, stop_rule
 
     try:
         p = from_mapping(PretrainParams, section(parameters, "pretrain"), "pretrain")
@@ -79,10 +79,10 @@ def context_problems(seq_len: int, shards: Path) -> list[str]:
 def problems_of(project: Path, env: str, conf: Path | None = None) -> list[str]:
     """Every problem a stage would find with the params in ``conf`` (default: the project's), checked
     against the data the project has now."""
-    from lehr.conf_visibility import untracked
-    from lehr.params_check import check_all
-    from lehr.project import catalog_paths
-    from lehr.stage_checks import corpus_problems, mix_problems
+    from lehr.project.conf_visibility import untracked
+    from lehr.project.paths import catalog_paths
+    from lehr.stages.check import check_all
+    from lehr.stages.mix_checks import corpus_problems, mix_problems
 
     parameters = load_parameters(conf or project / "conf", env)
     paths = catalog_paths(project, env)
@@ -319,7 +319,7 @@ def figures(project: Path, rev: str) -> tuple[dict | None, dict | None]:
 
 def difference_line(base_items: dict | None, items: dict | None) -> tuple[str, str]:
     """The held-out bits-per-byte difference with its interval, and the tasks that moved significantly."""
-    from lehr.comparison import Scored, difference
+    from lehr.reports.comparison import Scored, difference
 
     if not (base_items and items):
         return "n/a (no scored_items.json: run it under this lehr)", ""

@@ -1,7 +1,7 @@
 """The model ladder: a few model sizes, each one stable run that keeps a branch point at every
 token budget and one short cooldown from each, so that one run per size gives fully annealed
 models at every budget (Hagele et al. 2024). The endpoints' held-out losses are what
-``lehr.scaling_fit`` fits a scaling law to.
+``lehr.reports.scaling_fit`` fits a scaling law to.
 
 Kedro-free: the ladder's stages (``ladder_rung``, ``ladder_fit``) are thin glue over it, and a
 test runs a micro ladder through it directly.
@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 
 from lehr.config_parts import require
-from lehr.ladder_params import LadderParams
-from lehr.params import AnnealParams, ModelParams, PretrainParams
-from lehr.training import anneal_job, run_engine, stable_job
+from lehr.stages.ladder_params import LadderParams
+from lehr.stages.params import AnnealParams, ModelParams, PretrainParams
+from lehr.stages.training_job import anneal_job, run_engine, stable_job
 
 
 def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth: int, manifest: dict):

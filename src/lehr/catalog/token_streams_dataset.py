@@ -5,13 +5,13 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.data import token_store
-from lehr.data.token_store import TokenStoreError, TokenStreams
+from lehr.dataprep import token_store
+from lehr.dataprep.token_store import TokenStoreError, TokenStreams
 from lehr.files import locks
 
 
 class TokenStreamsDataset(AbstractDataset[dict, TokenStreams]):
-    """The tokenize stage's token folder (see ``lehr.data.token_store``).
+    """The tokenize stage's token folder (see ``lehr.dataprep.token_store``).
 
     The encode node writes the token parts itself as it goes (the ``token_parts`` entry); saving
     here writes the index over them, last, so the folder never claims parts that are not complete.

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from lehr.project import portable
+from lehr.project.paths import portable
 
 HELDOUT = "heldout"  # the corpus folder of held-out text, not a tier
 
@@ -49,7 +49,7 @@ def mixes(parameters: dict) -> dict[str, dict]:
 
 def corpus_problems(corpus: Path) -> list[str]:
     """Entries of the corpus that are no files to read (a FIFO, a device, a socket)."""
-    from lehr.data.corpus import special_files
+    from lehr.dataprep.corpus import special_files
 
     return special_files(corpus) if corpus.is_dir() else []
 

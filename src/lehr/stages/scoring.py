@@ -10,15 +10,15 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr import comparison
 from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.engine.batches import ShardSet
 from lehr.engine.evals.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
 from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.engine.hardware import resolve
 from lehr.files.atomic import sha256_file
-from lehr.params import AnnealParams, EvaluateParams, PretrainParams
-from lehr.run_names import branch_name
+from lehr.reports import comparison
+from lehr.stages.folder_names import branch_name
+from lehr.stages.params import AnnealParams, EvaluateParams, PretrainParams
 from lehr.tracking.provenance import branched_from
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from lehr.config_parts import from_mapping
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist import launch
-from lehr.params import AnnealParams, PretrainParams
-from lehr.training import anneal_job, check_stage_node, stable_job
+from lehr.stages.params import AnnealParams, PretrainParams
+from lehr.stages.training_job import anneal_job, check_stage_node, stable_job
 
 STAGES = ("pretrain_stable", "anneal")
 

@@ -50,7 +50,7 @@ def read_curve(run_dir: Path) -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("sample", *CLOCK_KEYS) if c in frame.columns])
 
 
-# A branch named by lehr (lehr.run_names.branch_name): [origin-]kind-length-digest.
+# A branch named by lehr (lehr.stages.folder_names.branch_name): [origin-]kind-length-digest.
 DERIVED = re.compile(
     r"^(?:(?P<origin>tokens-\d+)-)?(?P<kind>linear|cosine|1-sqrt)-(?P<length>r[\d.]+|\d+)-[0-9a-f]{6}$"
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from lehr.config_parts import Section, require, require_positive
-from lehr.data.token_store import parse_slice
+from lehr.config_parts import Section, require, require_positive, setting
+from lehr.dataprep.token_store import parse_slice
 from lehr.tokens import ENDOFTEXT
 
 
@@ -55,10 +55,10 @@ class TokenizeParams(Section):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ShardParams(Section):
     shard_tokens: int  # tokens per shard file (the last shard of a stream may be shorter)
-    builtin_task_examples: int = 200  # built-in held-out tasks: examples per source and task; 0 = none
+    # built-in held-out tasks: examples per source and task; 0 = none
+    builtin_task_examples: int = setting(200, renamed_from="task_examples")
     task_seed: int = 0  # the built-in tasks' distractors and answer positions
     SECTION: typing.ClassVar[str] = "shard"
-    RENAMED: typing.ClassVar[dict] = {"task_examples": "builtin_task_examples"}
 
     def check(self) -> None:
         require_positive(self, "shard_tokens")

@@ -9,11 +9,10 @@ from pathlib import Path
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import Launch, TrainConfig
 from lehr.engine.dist import launch
-from lehr.params import AnnealParams, PretrainParams
-from lehr.run_config import anneal_config, stable_config
-from lehr.run_names import anneal_run_dir, branch_name
-from lehr.tracking import provenance
-from lehr.tracking import runs as tracking
+from lehr.stages.folder_names import anneal_run_dir, branch_name
+from lehr.stages.params import AnnealParams, PretrainParams
+from lehr.stages.train_config import anneal_config, stable_config
+from lehr.tracking import provenance, step_forwarder
 
 
 def stable_job(pretrain: PretrainParams, shards: dict, runs_root: Path, tasks: dict) -> TrainConfig:
@@ -83,8 +82,8 @@ def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
     (``lehr.errors.Stopped``: one line and the signal's exit status; its checkpoint is saved, and
     running the stage again resumes it)."""
     check_stage_node(params.launch)
-    tracking.mark_attempt(cfg.out_dir)
-    summary = launch.run(cfg, params.launch, [tracking.CALLBACK], tracking.current_run_env())
+    step_forwarder.mark_attempt(cfg.out_dir)
+    summary = launch.run(cfg, params.launch, [step_forwarder.CALLBACK], step_forwarder.current_run_env())
     if summary["stopped"] == "signal":
         import signal
 

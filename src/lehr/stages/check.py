@@ -1,12 +1,12 @@
 """`python -m lehr check`: every section of the project's parameters validated as its stage
-would, before DVC runs one. Apart from ``lehr.params`` so that the stages, which import that,
+would, before DVC runs one. Apart from ``lehr.stages.params`` so that the stages, which import that,
 do not depend on the ladder's params."""
 
 from __future__ import annotations
 
 from lehr.config_parts import from_mapping
-from lehr.ladder_params import LadderParams
-from lehr.params import SECTIONS
+from lehr.stages.ladder_params import LadderParams
+from lehr.stages.params import SECTIONS
 
 # Read by `make ladder` alone, so a project without the ladder's params still checks clean.
 OPTIONAL_SECTIONS = {"ladder": LadderParams}

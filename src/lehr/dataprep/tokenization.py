@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from lehr.data.corpus import Document
+from lehr.dataprep.corpus import Document
 from lehr.tokens import ENDOFTEXT
 
 

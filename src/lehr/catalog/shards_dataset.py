@@ -6,7 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.data.sharding import ShardSpec
+from lehr.dataprep.sharding import ShardSpec
 from lehr.files import locks
 from lehr.files.atomic import recover
 
@@ -14,7 +14,7 @@ from lehr.files.atomic import recover
 class ShardsDataset(AbstractDataset[ShardSpec, dict]):
     """A self-describing shard set: shard files, ``tokenizer.json`` and ``manifest.json``.
 
-    Saves a ``ShardSpec`` with ``lehr.data.sharding.write_shard_set`` (built beside the folder and
+    Saves a ``ShardSpec`` with ``lehr.dataprep.sharding.write_shard_set`` (built beside the folder and
     swapped in whole); loads the manifest. Keeping the tokenizer beside the shards lets the training
     engine read one folder and nothing else. The loaded manifest gains ``root``, the folder its
     shard paths are relative to.

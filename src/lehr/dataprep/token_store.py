@@ -40,8 +40,8 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from lehr import versions
-from lehr.data.corpus import Corpus, Document, read_file, stream_of
-from lehr.data.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
+from lehr.dataprep.corpus import Corpus, Document, read_file, stream_of
+from lehr.dataprep.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
 from lehr.files import locks
 from lehr.files.atomic import fsync_dir, recover, sha256_file, sibling, write_text_atomic
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from kedro.framework.hooks import hook_impl
 
-from lehr.project import profile_in_force
+from lehr.project.paths import profile_in_force
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ class ConfigInForce:
             raise ValueError("refusing to run: " + "; ".join(problems))
         names = set(run_params.get("pipeline_names") or ["__default__"])
         if self._context is not None and names & MIX_READERS:
-            from lehr.project import catalog_paths
-            from lehr.stage_checks import mix_problems
+            from lehr.project.paths import catalog_paths
+            from lehr.stages.mix_checks import mix_problems
 
             paths = catalog_paths(self._project, self._env)
             problems = mix_problems(self._context.params, paths["corpus"], paths["shards"])

@@ -1,6 +1,6 @@
 """MLflow glue: forwards the engine's per-step records into the stage's MLflow run.
 
-The engine calls ``mlflow_forwarder()`` by name (``lehr.tracking.runs:mlflow_forwarder``) in the
+The engine calls ``mlflow_forwarder()`` by name (``lehr.tracking.step_forwarder:mlflow_forwarder``) in the
 process that is rank 0, in-process or under torchrun, so it never imports MLflow itself. MLflow
 is imported only when a run is active (the hook started one) or a run id was handed down.
 """
@@ -15,7 +15,7 @@ import threading
 import time
 
 RUN_ID_ENV = "MLFLOW_RUN_ID"
-CALLBACK = "lehr.tracking.runs:mlflow_forwarder"
+CALLBACK = "lehr.tracking.step_forwarder:mlflow_forwarder"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
 MAX_PENDING = 200_000  # metrics held for a tracking store that is down; older ones are dropped past this
 CLOSE_WAIT_S = 30  # at the end of a run, how long the last metrics may take to reach the store
