@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV, Rolling
+from lehr.engine.artifacts.checkpoint import Rolling
 from lehr.engine.dist.launch import Launch, run
+from tests import faults
 from tests.engine import compare_runs, detached
 
 pytestmark = pytest.mark.slow
@@ -131,7 +132,7 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     the uninterrupted run with synchronous saves (an async save changes no number)."""
     cfg = dict(parallel="fsdp", async_save=True, **BASE)
     job, killed = tmp_path / "job.json", tiny_config(out_dir=str(tmp_path / "killed"), **cfg)
-    proc = detached.start(killed, job, 2, {SLOW_WRITE_ENV: "3"})
+    proc = detached.start(killed, job, 2, faults.env(slow_checkpoint=3))
     checkpoints = tmp_path / "killed" / "checkpoints"
     detached.wait_until((checkpoints / "step_00000004" / "state.json").is_file, 120)
     # step 4 is committed once step 8's save is asked for; step 8's shards are then in flight.

@@ -11,12 +11,12 @@ from safetensors.torch import load_file
 
 from lehr.engine.artifacts.checkpoint import Rolling, load_optimizer
 from lehr.engine.run.loop import train
-from lehr.engine.run.step import FAULT_ENV
 from lehr.engine.run.stopping import DivergedError
+from tests import faults
 
 
 def test_a_non_finite_step_is_skipped_and_counted(tiny_config, monkeypatch):
-    monkeypatch.setenv(FAULT_ENV, "7")
+    faults.nonfinite_at(monkeypatch, [7])
     summary = train(tiny_config(planned_steps=12))
     assert summary["skips_total"] == 1 and summary["step"] == 12
     # The skipped update left AdamW's own step counter (and so its bias correction) behind by one;
@@ -31,7 +31,7 @@ def test_consecutive_non_finite_steps_abort_and_keep_the_last_checkpoint(tiny_co
     train(tiny_config(end_step=10))
     rolling = Rolling(tmp_path / "run" / "checkpoints", keep_last=2)
     before = {p.name: p.read_bytes() for p in rolling.latest_valid()[0].iterdir()}
-    monkeypatch.setenv(FAULT_ENV, ",".join(str(s) for s in range(12, 20)))
+    faults.nonfinite_at(monkeypatch, range(12, 20))
     with pytest.raises(DivergedError, match="3 consecutive non-finite steps.*untouched"):
         train(tiny_config(max_consecutive_skips=3))
     path, state = rolling.latest_valid()

@@ -9,15 +9,15 @@ import torch
 
 from lehr.engine.run import loop
 from lehr.engine.run.metrics import RunLog
-from lehr.engine.run.step import FAULT_ENV
+from tests import faults
 
 # Every Python-level way a tensor's value reaches the host.
 READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
 
-@pytest.mark.parametrize("fault_steps", ["", "13"])
+@pytest.mark.parametrize("fault_steps", [(), (13,)])
 def test_one_device_read_per_logged_step(tiny_config, monkeypatch, fault_steps):
-    monkeypatch.setenv(FAULT_ENV, fault_steps)  # a skipped step must not add a read either
+    faults.nonfinite_at(monkeypatch, fault_steps)  # a skipped step must not add a read either
     events = []
     for name in READS:
         original = getattr(torch.Tensor, name)

@@ -26,12 +26,12 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from lehr.engine import optim
 from lehr.engine.artifacts import checkpoint
-from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV, Rolling
+from lehr.engine.artifacts.checkpoint import Rolling
 from lehr.engine.dist import parallel
 from lehr.engine.dist.launch import Launch, run
 from lehr.engine.model import Transformer
-from lehr.engine.run.step import FAULT_ENV
 from lehr.files.atomic import sha256_file
+from tests import faults
 from tests.engine import compare_runs, detached
 from tests.engine.compare_runs import weights
 
@@ -79,7 +79,7 @@ def test_a_kill_9_under_fsdp_muon_resumes_at_two_processes_and_at_one(tiny_confi
     cfg = dict(FSDP, planned_steps=30, async_save=True)
     run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), TWO)
     job, killed = tmp_path / "job.json", tiny_config(out_dir=str(tmp_path / "killed"), **cfg)
-    proc = detached.start(killed, job, 2, {SLOW_WRITE_ENV: "2"})
+    proc = detached.start(killed, job, 2, faults.env(slow_checkpoint=2))
     checkpoints = tmp_path / "killed" / "checkpoints"
     detached.wait_until((checkpoints / "step_00000010" / "state.json").is_file, 180)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -96,7 +96,7 @@ def test_a_non_finite_step_under_fsdp_muon_is_skipped_on_every_rank(tiny_config,
     """The 7th step's gradient is NaN (the fault counts steps from 0): the checkpoint after it holds
     every rank's shards of the weights, the momentum and AdamW's moments as they were after step 6."""
     cfg = tiny_config(out_dir=str(tmp_path / "run"), **dict(FSDP, planned_steps=7, ckpt_every=1))
-    summary = run(cfg, TWO, extra_env={FAULT_ENV: "6"})
+    summary = run(cfg, TWO, extra_env=faults.env(nonfinite_steps="6"))
     assert summary["skips_total"] == 1
     rolling = {p.name: p for p in (tmp_path / "run" / "checkpoints").iterdir()}
     saved = {}

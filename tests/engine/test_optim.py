@@ -15,7 +15,7 @@ from lehr.engine.artifacts.checkpoint import CheckpointError, load_optimizer, lo
 from lehr.engine.model import Transformer, preset
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.loop import train
-from lehr.engine.run.step import FAULT_ENV
+from tests import faults
 from tests.engine.test_resume import assert_same_final, train_curve
 
 MUON = dict(optimizer="muon", muon_lr=0.02, lr=3e-3)
@@ -106,7 +106,7 @@ def test_muon_run_stops_and_resumes_exactly(tiny_config, tmp_path):
 
 
 def test_a_non_finite_step_is_skipped_under_muon(tiny_config, monkeypatch):
-    monkeypatch.setenv(FAULT_ENV, "7")
+    faults.nonfinite_at(monkeypatch, [7])
     summary = train(tiny_config(planned_steps=12, **MUON))
     assert summary["skips_total"] == 1 and summary["step"] == 12
     state = load_optimizer(Path(summary["final"]), torch.device("cpu"))["optimizer"]["state"]

@@ -17,7 +17,7 @@ from lehr.engine.artifacts.checkpoint import Rolling, verify
 from lehr.engine.dist.launch import Launch, run
 from lehr.engine.run import loop
 from lehr.engine.run.loop import train
-from lehr.engine.run.step import FAULT_ENV
+from tests import faults
 from tests.engine.test_resume import assert_same_final
 
 SEND = {}  # what the callback below sends to this process, and after which logged step
@@ -104,7 +104,6 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step(tiny_config, tmp_path)
 def test_a_divergence_under_ddp_aborts_both_ranks_and_keeps_the_last_checkpoint(
     tiny_config, tmp_path, monkeypatch, capfd
 ):
-    monkeypatch.setenv(FAULT_ENV, "12,13,14")  # every rank's loss turns NaN on these steps
     cfg = tiny_config(
         out_dir=str(tmp_path / "run"),
         planned_steps=30,
@@ -114,7 +113,8 @@ def test_a_divergence_under_ddp_aborts_both_ranks_and_keeps_the_last_checkpoint(
         max_consecutive_skips=3,
     )
     with pytest.raises(RuntimeError, match="torchrun exited with code"):
-        run(cfg, Launch(nproc_per_node=2))
+        # every rank's loss turns NaN on these steps
+        run(cfg, Launch(nproc_per_node=2), extra_env=faults.env(nonfinite_steps="12,13,14"))
     assert capfd.readouterr().err.count("3 consecutive non-finite steps (by step 15)") >= 2  # both ranks
     path, state = Rolling(tmp_path / "run" / "checkpoints", 2).latest_valid()
     assert state["progress"]["step"] == 10 and state["world_size"] == 2 and verify(path)

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV
+from tests import faults
 from tests.e2e import env, make_repo, sh
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
         proc = subprocess.Popen(
             ["dvc", "repro", stage],
             cwd=repo,
-            env={**env(), SLOW_WRITE_ENV: "0.4"},
+            env={**env(), **faults.env(slow_checkpoint=0.4)},
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

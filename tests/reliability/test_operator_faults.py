@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.artifacts.checkpoint import SLOW_WRITE_ENV
 from lehr.files import locks
+from tests import faults
 from tests.e2e import env, make_repo, sh
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ def start(repo: Path, *cmd: str, slow: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
         cmd,
         cwd=repo,
-        env={**env(), **({SLOW_WRITE_ENV: "1"} if slow else {})},
+        env={**env(), **(faults.env(slow_checkpoint=1) if slow else {})},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -35,7 +35,6 @@ NS_COEFFICIENTS, NS_STEPS, NS_EPS = (3.4445, -4.775, 2.0315), 5, 1e-7
 # is orthogonalised once, by the rank that owns it; redundant = every rank orthogonalises every
 # matrix (the same update, N times the work).
 MUON_WORK = ("shared", "redundant")
-CALLS = [0]  # Muon steps that orthogonalised, in this process: one per optimizer step (a test counts)
 
 
 def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
@@ -165,7 +164,6 @@ class MuonAdamW(torch.optim.Optimizer):
             for buf, new in zip(bufs, torch._foreach_lerp(bufs, grads, 1 - momentum)):
                 buf.copy_(torch.where(take, new, buf))
         nesterov = torch._foreach_lerp(grads, bufs, momentum)
-        CALLS[0] += 1
         if isinstance(params[0], DTensor):
             world = params[0].device_mesh.size()
             owner = owners([p.shape for p in params], world) if self.shared else None

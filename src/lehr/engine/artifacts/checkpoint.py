@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,6 @@ from lehr.files.atomic import new_staging, recover, replace_dir, sha256_file, si
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # 2: state.json carries a checksum beside it
-SLOW_WRITE_ENV = "LEHR_FAULT_SLOW_CHECKPOINT"  # test-only: seconds to pause mid-write (kill tests aim here)
 
 
 class CheckpointError(RuntimeError, Explained):
@@ -79,7 +77,6 @@ def write(
     with written_or_nothing(target):
         tmp = new_staging(target)
         save_model(model, str(tmp / "model.safetensors"))
-        time.sleep(float(os.environ.get(SLOW_WRITE_ENV, 0)))
         torch.save(optimizer_state, tmp / "optimizer.pt")
         commit(tmp, target, state, rng_per_rank)
     return target

@@ -12,8 +12,6 @@ DCP loads reshard: a checkpoint written by N processes resumes on M, sharded or 
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +75,6 @@ class ShardedSaves:
         if self.in_flight is None:
             return
         flight, self.in_flight = self.in_flight, None
-        time.sleep(float(os.environ.get(checkpoint.SLOW_WRITE_ENV, 0)))  # test-only: a kill aims here
         flight.future.result()
         self._commit(flight.tmp, flight.target, flight.state, flight.rngs)
 

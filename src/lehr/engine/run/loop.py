@@ -103,7 +103,6 @@ class Run:
         self.policies = policies(cfg)
         self.divergence = Divergence(cfg.max_consecutive_skips, self.hw.precision)
         self.guard = StepGuard(self.hw.device, cfg.spike_sigma, cfg.spike_window)
-        self.faults = step.injected_faults()
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -246,7 +245,6 @@ class Run:
                 t.scaler,
                 self.hw,
                 self.accum,
-                nan_loss=s in self.faults,
                 z_loss=cfg.z_loss,
             )
         except torch.OutOfMemoryError as e:

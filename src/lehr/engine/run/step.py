@@ -6,7 +6,6 @@ at its sync points."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -16,18 +15,12 @@ from lehr.engine.dist import parallel
 from lehr.engine.hardware import Hardware, memory_report
 from lehr.engine.run.guard import StepGuard
 
-FAULT_ENV = "LEHR_FAULT_NONFINITE_STEPS"  # test-only: comma-separated steps whose loss becomes NaN
-
 
 @dataclass
 class StepResult:
     loss: torch.Tensor  # the mean loss of this rank's share of the batch, on the device
     grad_norm: torch.Tensor  # before clipping, on the device
     lr: float
-
-
-def injected_faults() -> set[int]:
-    return {int(s) for s in os.environ.get(FAULT_ENV, "").split(",") if s.strip()}
 
 
 def accumulate(
@@ -37,7 +30,6 @@ def accumulate(
     scaler,
     hw: Hardware,
     accum: int,
-    nan_loss: bool,
     z_loss: float = 0.0,
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the batch's mean cross-entropy (the z-loss is
@@ -47,8 +39,6 @@ def accumulate(
         with parallel.no_sync(model, last=i == len(batches) - 1):
             with hw.compute():
                 logits, loss = forward(x, y)
-            if nan_loss:
-                loss = loss * float("nan")
             objective = loss + z_loss * logits.float().logsumexp(-1).square().mean() if z_loss else loss
             # Divide so the accumulated gradient is that of one batch of batch_size sequences.
             scaler.scale(objective / accum).backward()

@@ -1,0 +1,28 @@
+"""Faults injected into lehr from the tests (``tests/injected/sitecustomize.py`` holds the patches):
+``env`` for a process the test starts, the functions below for a run in the test process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.injected.sitecustomize import NONFINITE, SLOW_CHECKPOINT, poison_steps
+
+INJECTED = Path(__file__).parent / "injected"
+
+
+def env(nonfinite_steps: str = "", slow_checkpoint: float = 0) -> dict[str, str]:
+    """Variables for a child process (merge into its environment): the patches load at its start."""
+    out = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECTED), os.environ.get("PYTHONPATH")]))}
+    if nonfinite_steps:
+        out[NONFINITE] = nonfinite_steps
+    if slow_checkpoint:
+        out[SLOW_CHECKPOINT] = str(slow_checkpoint)
+    return out
+
+
+def nonfinite_at(monkeypatch, steps) -> None:
+    """In this process: the loss of each of ``steps`` turns NaN."""
+    from lehr.engine.run import loop
+
+    poison_steps(loop, set(steps), monkeypatch.setattr)
