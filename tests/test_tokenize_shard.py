@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from lehr.catalog import ShardsDataset, TokenStreamsDataset
 from lehr.dataprep.corpus import Corpus, Document, cut_points
 from lehr.dataprep.params import ShardParams, TokenizeParams
-from lehr.dataprep.token_store import TokenStoreError
+from lehr.dataprep.token_index import TokenStoreError
 from lehr.dataprep.tokenization import token_dtype, training_sample
 from lehr.pipelines.shard.nodes import shard_streams
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer

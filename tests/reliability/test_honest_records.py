@@ -25,7 +25,8 @@ from lehr.catalog.branches_dataset import AnnealBranchesDataset
 from lehr.config_parts import from_mapping
 from lehr.dataprep.corpus import Corpus, CorpusError
 from lehr.dataprep.params import TokenizeParams
-from lehr.dataprep.token_store import TokenStoreError, load
+from lehr.dataprep.token_index import TokenStoreError
+from lehr.dataprep.token_reader import load
 from lehr.engine.artifacts import code_identity
 from lehr.engine.artifacts.checkpoint import CheckpointError
 from lehr.engine.config import Launch

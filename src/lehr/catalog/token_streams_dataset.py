@@ -5,13 +5,14 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from lehr.dataprep import token_store
-from lehr.dataprep.token_store import TokenStoreError, TokenStreams
+from lehr.dataprep.token_index import TokenStoreError
+from lehr.dataprep.token_reader import TokenStreams, load
+from lehr.dataprep.token_writer import save_index, writer_lock
 from lehr.files import locks
 
 
 class TokenStreamsDataset(AbstractDataset[dict, TokenStreams]):
-    """The tokenize stage's token folder (see ``lehr.dataprep.token_store``).
+    """The tokenize stage's token folder (see ``lehr.dataprep.token_index``).
 
     The encode node writes the token parts itself as it goes (the ``token_parts`` entry); saving
     here writes the index over them, last, so the folder never claims parts that are not complete.
@@ -23,13 +24,13 @@ class TokenStreamsDataset(AbstractDataset[dict, TokenStreams]):
 
     def load(self) -> TokenStreams:
         try:
-            return token_store.load(self._path)
+            return load(self._path)
         except TokenStoreError as e:
             raise DatasetError(str(e)) from None
 
     def save(self, data: dict) -> None:
-        with locks.hold(token_store.writer_lock(self._path, data["slice"]), "writing token streams"):
-            token_store.save_index(self._path, data)
+        with locks.hold(writer_lock(self._path, data["slice"]), "writing token streams"):
+            save_index(self._path, data)
 
     def _exists(self) -> bool:
         return (self._path / "streams.json").is_file()

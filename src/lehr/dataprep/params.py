@@ -10,7 +10,7 @@ import dataclasses
 import typing
 
 from lehr.config_parts import Section, require, require_positive, setting
-from lehr.dataprep.token_store import parse_slice
+from lehr.dataprep.token_index import parse_slice
 from lehr.tokens import ENDOFTEXT
 
 

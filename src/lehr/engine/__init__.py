@@ -9,12 +9,13 @@ The rest is grouped by what it does:
 
 - ``run``: one run from start to end: ``loop`` (its outline), ``start`` (fresh, resume or
   branch), ``step`` (one optimizer step), ``guard`` (non-finite steps and spikes), ``stopping``
-  (the stop policies), ``metrics`` (the run's log) and ``signals``;
+  (the stop policies), ``metrics`` (the run's log and its clock: ``RunLog``) and ``signals``;
 - ``dist``: more than one process: ``launch`` (torchrun or in-process) and ``worker`` (each
   process's entry), ``distributed`` (process groups) and ``parallel`` (DDP and FSDP2);
 - ``artifacts``: what a run leaves: ``checkpoint`` (atomic, verified, exact resume),
-  ``sharded_checkpoint`` (DCP under FSDP), ``code_identity`` (which code trained it),
-  ``soup`` and ``export``;
+  ``sharded_checkpoint`` (DCP under FSDP), ``run_saves`` (a run's checkpoints as the loop
+  takes them), ``state`` (a checkpoint's ``state.json``, read there only), ``code_identity``
+  (which code trained it), ``soup`` and ``export``;
 - ``evals``: how a model is scored: ``evaluation`` (held-out loss and bits per byte, samples)
   and ``tasks`` (task scoring by log-likelihood).
 """

@@ -6,7 +6,6 @@ log, eval or checkpoint step, a stop, or the end), so a GPU queue never drains m
 
 from __future__ import annotations
 
-import copy
 import gc
 import time
 from pathlib import Path
@@ -14,21 +13,19 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from lehr import versions
 from lehr.engine import memory, optim
-from lehr.engine.artifacts import checkpoint, code_identity
-from lehr.engine.artifacts.sharded_checkpoint import ShardedSaves
+from lehr.engine.artifacts import checkpoint
+from lehr.engine.artifacts.run_saves import RunSaves, code_record
 from lehr.engine.artifacts.state import is_checkpoint
-from lehr.engine.batches import ShardSet, manifest_sha256
+from lehr.engine.batches import ShardSet
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 from lehr.engine.hardware import memory_report, resolve
-from lehr.engine.model import Transformer
 from lehr.engine.run import step
 from lehr.engine.run.guard import StepGuard
-from lehr.engine.run.metrics import RunLog, load_callbacks, timing
+from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
 from lehr.engine.run.signals import GracefulStop
 from lehr.engine.run.start import build, start
 from lehr.engine.run.stopping import DivergedError, Divergence, policies
@@ -37,11 +34,10 @@ from lehr.engine.schedule import lr_at, mix_at
 
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
     """Train ``cfg`` from wherever it should start (fresh, resume, branch); returns a summary."""
-    d = distributed.setup(cfg.device, cfg.parallel)
+    dist = distributed.setup(cfg.device, cfg.parallel)
     run = None
     try:
-        run = Run(cfg, d, load_callbacks(list(callback_specs)) if d.is_main else [])
-        run.start()
+        run = Run(cfg, dist, load_callbacks(list(callback_specs)) if dist.is_main else [])
         if run.finished_before():
             return run.summary_of_finished()
         stop = None
@@ -49,7 +45,7 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
             while stop is None and run.prog.step < run.end_step():
                 result = run.step()
                 # Every rank learns of a signal to any rank, so all stop after the same step.
-                signalled = distributed.any_rank(signals.requested is not None, d)
+                signalled = distributed.any_rank(signals.requested is not None, dist)
                 if (
                     signalled
                     or run.prog.step >= run.end_step()
@@ -60,7 +56,7 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
                     stop = run.evaluate_and_decide()
                 run.after_step()
                 if run.due(cfg.ckpt_every):
-                    run.save()
+                    run.save_rolling()
                 if signalled:
                     stop = "signal"
         return run.finish(stop, signals.requested)
@@ -70,19 +66,23 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
         # (a worker hung at exit that way).
         del run
         gc.collect()
-        distributed.teardown(d)
+        distributed.teardown(dist)
 
 
 class Run:
-    def __init__(self, cfg: TrainConfig, d: distributed.Dist, callbacks: list):
-        self.cfg, self.d, self.callbacks = cfg, d, callbacks
-        self.hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, d.local_rank, cfg.attention)
+    """The loop's state: what trains (``trainee``), where the run is (``prog``), the decisions'
+    policies, and the parts it hands work to: its record (``log``) and its checkpoints (``saves``).
+    Built whole here, from a fresh start, a resume or a branch (``start``)."""
+
+    def __init__(self, cfg: TrainConfig, dist: distributed.Dist, callbacks: list):
+        self.cfg, self.dist = cfg, dist
+        self.hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention)
         # Before any work: a run that cannot fit its GPU is refused, naming what would fit.
         self.memory = memory.check_fits(
             cfg.model,
             memory.Setup(
                 cfg.micro_batch,
-                d.world,
+                dist.world,
                 cfg.parallel,
                 self.hw.precision,
                 cfg.activation_checkpointing,
@@ -96,33 +96,41 @@ class Run:
         self.out_dir = Path(cfg.out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.shards = ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len)
-        self.data_hash = manifest_sha256(cfg.shards)
-        self.t = build(cfg, self.hw, self.shards)
-        self.rolling = checkpoint.Rolling(self.out_dir / "checkpoints", cfg.keep_last)
-        self.sharded = ShardedSaves(self.rolling, d, cfg.async_save)
+        self.trainee = build(cfg, self.hw, self.shards)
+        self.saves = RunSaves(cfg, dist, self.hw, self.trainee, self.shards, self.out_dir)
         self.policies = policies(cfg)
         self.divergence = Divergence(cfg.max_consecutive_skips, self.hw.precision)
         self.guard = StepGuard(self.hw.device, cfg.spike_sigma, cfg.spike_window)
-
-    # -- start -------------------------------------------------------------------------------------
-    def start(self) -> None:
-        cfg, d = self.cfg, self.d
-        if d.is_main:
-            self.rolling.recover()
-        distributed.barrier(d)  # every rank then reads the same checkpoints
-        self.mode, self.started_from, self.prog = start(cfg, d, self.hw, self.t, self.rolling, self.shards)
+        # Where the run starts: every rank reads the same checkpoints, once rank 0 has cleared
+        # what a killed save left behind.
+        if dist.is_main:
+            self.saves.rolling.recover()
+        distributed.barrier(dist)
+        self.mode, self.started_from, self.prog = start(
+            cfg, dist, self.hw, self.trainee, self.saves.rolling, self.shards
+        )
         self._check_branch_points()
         if self.prog.loss_window:
             self.guard.load_state_dict(self.prog.loss_window)
         for policy in self.policies:
             policy.at_start(self.prog)
-        self.log = RunLog(self.out_dir, d.is_main, self.prog.step, self.end_step(), self.callbacks)
-        self._announce()
-        self.core = self.t.model  # sharded in place under FSDP, wrapped by DDP below otherwise
-        self.model = (
-            self.core if parallel.is_sharded(self.core) else parallel.replicate(self.core, self.hw, d.world)
+        core = self.trainee.model
+        peak = self.hw.peak_tflops
+        self.log = RunLog(
+            self.out_dir,
+            dist.is_main,
+            self.prog.step,
+            self.end_step(),
+            callbacks,
+            Throughput(
+                tokens_per_step=cfg.batch_size * cfg.model.seq_len,
+                flops_per_step=core.flops_per_token() * cfg.batch_size * cfg.model.seq_len,
+                peak_flops=peak * 1e12 * dist.world if peak else None,
+            ),
         )
-        self.whole = None  # under FSDP, rank 0's unsharded copy for evals and consolidated saves
+        self._announce()
+        # The model a step runs: sharded in place under FSDP, wrapped by DDP otherwise.
+        self.model = core if parallel.is_sharded(core) else parallel.replicate(core, self.hw, dist.world)
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
         self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
@@ -131,20 +139,19 @@ class Run:
             if cfg.sample_tokens or self.tasks
             else None
         )
-        self.flops_per_step = self.core.flops_per_token() * cfg.batch_size * cfg.model.seq_len
-        self.accum = cfg.grad_accum(d.world)
-        self.t_last, self.steps_since_log = time.perf_counter(), 0
+        self.accum = cfg.grad_accum(dist.world)
+        self.log.restart_clock()
 
     def _announce(self) -> None:
-        cfg, d, log = self.cfg, self.d, self.log
+        cfg, log = self.cfg, self.log
         log.info(
             "%s run at step %d: %.2fM parameters, %d x %d tokens per step, %d process(es), %s %s",
             self.mode,
             self.prog.step,
-            self.t.model.num_parameters() / 1e6,
+            self.trainee.model.num_parameters() / 1e6,
             cfg.batch_size,
             cfg.model.seq_len,
-            d.world,
+            self.dist.world,
             self.hw.name,
             self.hw.precision,
         )
@@ -163,16 +170,20 @@ class Run:
                 self.started_from,
                 "kept" if cfg.init_optimizer else "fresh",
             )
-        if d.is_main:
-            self._report_epochs(
-                range(0, self.end_step()), f"planned to step {self.end_step()}", cfg.max_epochs_warn
-            )
-        if self.t.fp8_layers:
+        self._report_epochs(
+            range(0, self.end_step()), f"planned to step {self.end_step()}", cfg.max_epochs_warn
+        )
+        if self.trainee.fp8_layers:
             log.info(
                 "fp8: %d linear layers run their matmuls in FP8%s",
-                self.t.fp8_layers,
+                self.trainee.fp8_layers,
                 "" if self.hw.device.type == "cuda" else " (emulated on CPU: for tests, not for speed)",
             )
+
+    def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:
+        if self.dist.is_main:  # the tiers are counted where they are logged
+            tiers = self.trainee.stream.tokens_per_tier(steps, self.cfg.batch_size, self.mix)
+            self.log.epochs(tiers, when, warn_above)
 
     def end_checkpoint(self) -> Path:
         """Where the run's end is saved: ``pre_anneal`` for the stable phase, ``final`` otherwise."""
@@ -187,7 +198,7 @@ class Run:
             end = checkpoint.verify(self.end_checkpoint())
         except checkpoint.CheckpointError:
             return False  # killed before its end was saved (or it is broken): save it again
-        return end["progress"]["step"] == self.prog.step and end.get("code") == self._code()
+        return end["progress"]["step"] == self.prog.step and end.get("code") == code_record()
 
     def summary_of_finished(self) -> dict:
         self.log.info(
@@ -221,7 +232,7 @@ class Run:
 
     # -- one step ----------------------------------------------------------------------------------
     def step(self) -> step.StepResult:
-        cfg, t, s = self.cfg, self.t, self.prog.step
+        cfg, trainee, s = self.cfg, self.trainee, self.prog.step
         lr = lr_at(
             s,
             schedule=cfg.schedule,
@@ -233,16 +244,16 @@ class Run:
             anneal_steps=cfg.anneal_steps,
             decay_shape=cfg.decay_shape,
         )
-        optim.set_lr(t.optimizer, lr)
-        batches = t.stream.next_batches(
-            cfg.batch_size, self.mix(s), self.d.rank, self.d.world, cfg.micro_batch, self.hw.device
+        optim.set_lr(trainee.optimizer, lr)
+        batches = trainee.stream.next_batches(
+            cfg.batch_size, self.mix(s), self.dist.rank, self.dist.world, cfg.micro_batch, self.hw.device
         )
         try:
             loss = step.accumulate(
                 self.forward,
                 self.model,
                 batches,
-                t.scaler,
+                trainee.scaler,
                 self.hw,
                 self.accum,
                 z_loss=cfg.z_loss,
@@ -250,11 +261,13 @@ class Run:
         except torch.OutOfMemoryError as e:
             raise step.out_of_memory(s, self.hw, cfg.micro_batch) from e
         # Spike skipping compares the batch's loss, so every replica takes the same decision.
-        batch_loss = distributed.mean_over_ranks(loss, self.d) if cfg.spike_sigma else loss
-        grad_norm = step.update(self.core, t.optimizer, t.scaler, self.guard, cfg.grad_clip, batch_loss)
+        batch_loss = distributed.mean_over_ranks(loss, self.dist) if cfg.spike_sigma else loss
+        grad_norm = step.update(
+            trainee.model, trainee.optimizer, trainee.scaler, self.guard, cfg.grad_clip, batch_loss
+        )
         self.prog.step += 1
         self.prog.tokens += cfg.batch_size * cfg.model.seq_len
-        self.steps_since_log += 1
+        self.log.stepped()
         return step.StepResult(loss, grad_norm, lr)
 
     # -- the sync point: the host reads the device, once ---------------------------------------
@@ -264,7 +277,7 @@ class Run:
             torch.cuda.synchronize()  # timings below are of finished work
         # Each rank holds the loss of its share of the batch; the logged loss is the batch's.
         loss, norm, skipped, longest, spikes = torch.stack(
-            [distributed.mean_over_ranks(result.loss, self.d), result.grad_norm, *self.guard.counts()]
+            [distributed.mean_over_ranks(result.loss, self.dist), result.grad_norm, *self.guard.counts()]
         ).tolist()
         self.guard.reset_window()
         if spikes:
@@ -287,42 +300,20 @@ class Run:
                 prog.skips_total,
             )
             try:
-                self.divergence.check(int(longest), prog.step, str(self.rolling.root))
+                self.divergence.check(int(longest), prog.step, str(self.saves.rolling.root))
             except DivergedError:
                 self.log.close()
                 raise
         if self.due(cfg.log_every) or prog.step >= self.end_step():
-            self._log_step(loss, norm, result.lr)
-
-    def _log_step(self, loss: float, norm: float, lr: float) -> None:
-        dt = time.perf_counter() - self.t_last
-        tok_s = self.steps_since_log * self.cfg.batch_size * self.cfg.model.seq_len / dt
-        peak = self.hw.peak_tflops
-        mfu = self.flops_per_step * self.steps_since_log / dt / (peak * 1e12 * self.d.world) if peak else None
-        # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
-        self.log.step(
-            {
-                "step": self.prog.step,
-                "kind": "train",
-                "loss": loss,
-                "lr": lr,
-                "grad_norm": norm,
-                "tok_per_s": tok_s,
-                "mfu": mfu,
-                "tokens": self.prog.tokens,
-                "mem": memory_report(self.hw.device),
-                "seconds": dt,  # of these steps' training: the run's wall time and tok/s add these up
-            }
-        )
-        self.t_last, self.steps_since_log = time.perf_counter(), 0
+            self.log.train_step(prog.step, loss, result.lr, norm, prog.tokens, memory_report(self.hw.device))
 
     # -- eval and the decisions that follow it ------------------------------------------------------
     def evaluate(self) -> None:
         """Rank 0 evaluates; every rank then holds the same eval history, so the decisions that
         follow (auto-anneal, early stop, best) are taken identically everywhere without more syncs."""
         cfg, prog, rec = self.cfg, self.prog, None
-        model = self.unsharded()
-        if self.d.is_main:
+        model = self.saves.whole_model()
+        if self.dist.is_main:
             began = time.perf_counter()
             rec = {
                 "step": prog.step,
@@ -331,7 +322,9 @@ class Run:
             }
             if self.tasks:  # the first task_examples of each, so every eval scores the same ones
                 scorer = Scorer(model, self.tokenizer, self.hw.device, cfg.micro_batch)
-                rec["tasks"] = {t.name: evaluate_task(scorer, t, cfg.task_examples) for t in self.tasks}
+                rec["tasks"] = {
+                    task.name: evaluate_task(scorer, task, cfg.task_examples) for task in self.tasks
+                }
             if cfg.sample_tokens:
                 rec["sample"] = sample_text(
                     model, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
@@ -347,25 +340,25 @@ class Run:
                 "".join(f" | {name} acc {r['acc']:.3f}" for name, r in rec.get("tasks", {}).items()),
                 rec.get("sample", "")[:80],
             )
-        rec = distributed.broadcast_object(rec, self.d)
+        rec = distributed.broadcast_object(rec, self.dist)
         prog.evals.append({k: v for k, v in rec.items() if k not in ("sample", "seconds")})
         if prog.best_loss is None or rec["heldout"]["loss"] < prog.best_loss:
             prog.best_loss = rec["heldout"]["loss"]
         # Anneal runs keep their best weights by decide_by; the stable phase hands on pre_anneal.
         if cfg.stop_rule is None and prog.best_at(cfg.decide_by) == len(prog.evals) - 1:
-            self.save(self.out_dir / "best")
+            self.saves.save(prog, self.guard, self.out_dir / "best")
 
     def evaluate_and_decide(self) -> str | None:
         self.evaluate()
         reasons = [policy.after_eval(self.prog) for policy in self.policies]
-        self.t_last = time.perf_counter()
+        self.log.restart_clock()
         return next((r for r in reasons if r), None)
 
     def after_step(self) -> None:
         for policy in self.policies:
             policy.after_step(self.prog)
         if self.cfg.stop_rule and self.prog.step in self.cfg.stop_rule.keep:
-            self.save(self.branch_point(self.prog.step))
+            self.saves.save(self.prog, self.guard, self.branch_point(self.prog.step))
             self.log.info("branch point %s kept", self.branch_point(self.prog.step).name)
 
     def branch_point(self, step: int) -> Path:
@@ -398,76 +391,9 @@ class Run:
         return {p.name: str(p) for p in kept if is_checkpoint(p)}
 
     # -- checkpoints ---------------------------------------------------------------------------------
-    def save(self, target: Path | None = None) -> Path | None:
-        """A rolling checkpoint (or one at ``target``); every rank hands its RNG state to rank 0.
-
-        Under FSDP a rolling checkpoint is DCP shards written by every rank; a ``target``
-        (``pre_anneal``, ``final``, ``best``) is consolidated into the single-file form, so that
-        evaluate, soup, export and ``lehr info`` read it as any other."""
-        prog, d, t = self.prog, self.d, self.t
-        rngs = distributed.gather_to_main(checkpoint.rng_state(), d)
-        state = self._state() if d.is_main else None
-        if target is None and parallel.is_sharded(self.core):
-            shards = parallel.sharded_state(self.core, t.optimizer)
-            saved = self.sharded.save(prog.step, shards, t.scaler.state_dict(), state, rngs)
-        else:
-            # Keyed by parameter name, so that it loads under DDP or FSDP and any process count.
-            optimizer = parallel.full_optimizer_state(self.core, t.optimizer)
-            model = self.unsharded(for_save=True)
-            saved = None
-            if d.is_main:
-                kw = dict(
-                    model=model,
-                    state=state,
-                    rng_per_rank=rngs,
-                    optimizer_state={"optimizer": optimizer, "scaler": t.scaler.state_dict()},
-                )
-                saved = checkpoint.write(target, **kw) if target else self.rolling.save(prog.step, **kw)
-            distributed.barrier(d)
-        if target is None:
-            self.t_last = time.perf_counter()
-        return saved
-
-    def _state(self) -> dict:
-        """Everything but tensors, as of now (an async save commits it later)."""
-        cfg, d = self.cfg, self.d
-        if cfg.spike_sigma:
-            self.prog.loss_window = self.guard.state_dict()
-        return {
-            "progress": copy.deepcopy(vars(self.prog)),
-            "data": self.t.stream.state_dict(),
-            "config": cfg.to_dict(),
-            "config_math": cfg.math_fields(),
-            "math_hash": cfg.math_hash(),
-            "manifest_sha256": self.data_hash,
-            "tokenizer_sha256": self.shards.manifest["tokenizer"]["sha256"],
-            "world_size": d.world,
-            "parallel": cfg.parallel,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "versions": versions.deciding(),
-            "device": self.hw.name,
-            "provenance": cfg.provenance,
-            "code": self._code(),
-        }
-
-    @staticmethod
-    def _code() -> dict:
-        return code_identity.of_training().as_record()
-
-    def unsharded(self, for_save: bool = False) -> torch.nn.Module | None:
-        """The model whole: the model itself under DDP; under FSDP every rank takes part in gathering
-        the shards and rank 0 gets a plain copy (on the CPU for a save, on the device for evals)."""
-        if not parallel.is_sharded(self.core):
-            return self.core
-        weights = parallel.full_model_state(self.core)
-        if not self.d.is_main:
-            return None
-        device = torch.device("cpu") if for_save else self.hw.device
-        if self.whole is None:
-            self.whole = Transformer(self.cfg.model)
-        self.whole.load_state_dict(weights)
-        return self.whole.to(device).eval()
+    def save_rolling(self) -> None:
+        self.saves.save(self.prog, self.guard)
+        self.log.restart_clock()  # the save's time is not training time
 
     # -- finish --------------------------------------------------------------------------------------
     def finish(self, stop: str | None, signal_name: str | None) -> dict:
@@ -476,29 +402,28 @@ class Run:
             self.evaluate()
         if stop != "signal":
             prog.stopped = stop  # kept, so that a rerun knows the run ended here
-        self.save()
+        self.saves.save(prog, self.guard)
         summary = self._summary(stop)
-        if self.d.is_main:
-            self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
+        self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
         if stop == "signal":
             log.info(
                 "stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step
             )
         elif cfg.stop_rule and prog.step == prog.anneal_start:
-            summary["pre_anneal"] = str(self.save(self.end_checkpoint()))
+            summary["pre_anneal"] = str(self.saves.save(prog, self.guard, self.end_checkpoint()))
             log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
         else:
-            summary["final"] = str(self.save(self.end_checkpoint()))
-        self.sharded.wait()  # an async save still in flight completes before the run returns
+            summary["final"] = str(self.saves.save(prog, self.guard, self.end_checkpoint()))
+        self.saves.wait()
         log.close()
         return summary
 
     def _summary(self, stop: str | None) -> dict:
         prog, cfg = self.prog, self.cfg
         # The whole run's, from its record: every attempt's steps and evals, not this process's share.
-        wall, tok_s = timing(self.out_dir) if self.d.is_main else (None, None)
+        wall, tok_s = timing(self.out_dir) if self.dist.is_main else (None, None)
         return {
-            "rank": self.d.rank,
+            "rank": self.dist.rank,
             "out_dir": str(self.out_dir),
             "step": prog.step,
             "tokens": prog.tokens,
@@ -511,35 +436,10 @@ class Run:
             "spikes_total": prog.spikes_total,
             "wall_seconds": wall,
             "tok_per_s": tok_s,
-            "n_params": self.core.num_parameters(),
-            "flops_per_token": self.core.flops_per_token(),
+            "n_params": self.trainee.model.num_parameters(),
+            "flops_per_token": self.trainee.model.flops_per_token(),
             "heldout": prog.evals[-1] if prog.evals else None,
             "best_loss": prog.best_loss,
-            "tiers": self.t.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix),
+            "tiers": self.trainee.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix),
             "branch_points": self.branch_points(),
         }
-
-    def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:
-        """One line of tokens and epochs per tier; a warning for a tier repeated over ``warn_above`` times."""
-        tiers = self.t.stream.tokens_per_tier(steps, self.cfg.batch_size, self.mix)
-        self.log.info(
-            "data, %s: %s",
-            when,
-            "; ".join(
-                f"{t} {v['tokens'] / 1e6:.2f}M tokens = {v['epochs']:.2f} epochs of "
-                f"{v['tier_tokens'] / 1e6:.2f}M"
-                for t, v in tiers.items()
-            ),
-        )
-        over = {
-            t: v["epochs"] for t, v in tiers.items() if warn_above is not None and v["epochs"] > warn_above
-        }
-        if over:
-            self.log.warning(
-                "tier(s) %s would be repeated more than pretrain.max_epochs_warn = %g times (%s): "
-                "repeated data gives less with each epoch; add data to the tier, lower its weight, "
-                "or train fewer steps",
-                ", ".join(over),
-                warn_above,
-                ", ".join(f"{t} {e:.1f} epochs" for t, e in over.items()),
-            )

@@ -1,6 +1,7 @@
 """Rank 0's record of a run: one readable log line per step interval, the same as JSON lines in
 ``metrics.jsonl`` (what the run computed) and ``timing.jsonl`` (what the clock said), a progress
-bar when interactive, and callbacks (MLflow, tests), which get both."""
+bar when interactive, callbacks (MLflow, tests), which get both, and the tokens drawn per tier.
+Every rank keeps the clock (tokens/s, MFU), so that a rank's own log could say it too."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import importlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -63,11 +66,32 @@ def timing(run_dir: Path) -> tuple[float | None, int | None]:
     return wall, round(tokens / train_seconds) if train_seconds else None
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """What the clock turns into rates: tokens and FLOPs per optimizer step, and the peak FLOP/s
+    of every process together (None where the hardware's peak is unknown: no MFU)."""
+
+    tokens_per_step: int
+    flops_per_step: float
+    peak_flops: float | None
+
+
 class RunLog:
-    def __init__(self, out_dir: Path, enabled: bool, start: int, end: int | None, callbacks: list[Callback]):
+    def __init__(
+        self,
+        out_dir: Path,
+        enabled: bool,
+        start: int,
+        end: int | None,
+        callbacks: list[Callback],
+        throughput: Throughput,
+    ):
         self.path, self.timing_path = out_dir / METRICS, out_dir / TIMING
-        self.enabled, self.callbacks = enabled, callbacks
+        self.enabled, self.callbacks, self.throughput = enabled, callbacks, throughput
         self.bar = None
+        # The training time since the last log line: evals and rolling saves restart the clock,
+        # so tokens/s and MFU are of training steps alone (OLMo-core's speed monitor does the same).
+        self.since, self.steps = time.perf_counter(), 0
         if enabled:
             # A resumed run hands its callbacks the history it kept (in one call, so a tracker can
             # send it in a few batches), and the tracker opened for this attempt holds the whole
@@ -91,6 +115,62 @@ class RunLog:
             kept[path] = keep
         clock = {(r["step"], r["kind"]): r for r in kept[self.timing_path]}
         return [{**rec, **clock.get((rec["step"], rec["kind"]), {})} for rec in kept[self.path]]
+
+    def stepped(self) -> None:
+        self.steps += 1
+
+    def restart_clock(self) -> None:
+        """After work that is not training (an eval, a rolling save): the next interval starts now."""
+        self.since, self.steps = time.perf_counter(), 0
+
+    def train_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, mem: str) -> None:
+        """The log line of ``step`` and its record, with the rates of the steps since the last one."""
+        seconds = time.perf_counter() - self.since
+        rate = self.throughput
+        mfu = rate.flops_per_step * self.steps / seconds / rate.peak_flops if rate.peak_flops else None
+        # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
+        self.step(
+            {
+                "step": step,
+                "kind": "train",
+                "loss": loss,
+                "lr": lr,
+                "grad_norm": grad_norm,
+                "tok_per_s": self.steps * rate.tokens_per_step / seconds,
+                "mfu": mfu,
+                "tokens": tokens,
+                "mem": mem,
+                "seconds": seconds,  # of these steps' training: the run's wall time and tok/s add these up
+            }
+        )
+        self.restart_clock()
+
+    def epochs(self, tiers: dict, when: str, warn_above: float | None) -> None:
+        """One line of tokens and epochs per tier (``TrainStream.tokens_per_tier``); a warning for a
+        tier repeated over ``warn_above`` times."""
+        self.info(
+            "data, %s: %s",
+            when,
+            "; ".join(
+                f"{tier} {v['tokens'] / 1e6:.2f}M tokens = {v['epochs']:.2f} epochs of "
+                f"{v['tier_tokens'] / 1e6:.2f}M"
+                for tier, v in tiers.items()
+            ),
+        )
+        over = {
+            tier: v["epochs"]
+            for tier, v in tiers.items()
+            if warn_above is not None and v["epochs"] > warn_above
+        }
+        if over:
+            self.warning(
+                "tier(s) %s would be repeated more than pretrain.max_epochs_warn = %g times (%s): "
+                "repeated data gives less with each epoch; add data to the tier, lower its weight, "
+                "or train fewer steps",
+                ", ".join(over),
+                warn_above,
+                ", ".join(f"{tier} {e:.1f} epochs" for tier, e in over.items()),
+            )
 
     def record(self, rec: dict) -> None:
         if not self.enabled:

@@ -53,29 +53,34 @@ def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
 
 
 def start(
-    cfg: TrainConfig, d: Dist, hw: Hardware, t: Trainee, rolling: checkpoint.Rolling, shards: ShardSet
+    cfg: TrainConfig,
+    dist: Dist,
+    hw: Hardware,
+    trainee: Trainee,
+    rolling: checkpoint.Rolling,
+    shards: ShardSet,
 ) -> tuple[str, Path | None, Progress]:
     """(mode, checkpoint it started from, progress): ``fresh``, ``resume`` or ``branch``."""
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
         _check_resumable(path, state, cfg, shards)
-        _restore(path, state, t, cfg, d, with_optimizer=True)
-        t.stream.load_state_dict(state["data"])
+        _restore(path, state, trainee, cfg, dist, with_optimizer=True)
+        trainee.stream.load_state_dict(state["data"])
         prog = Progress.from_state(state["progress"])
     elif mode == "branch":
         _check_branchable(path, state, cfg, shards)
-        _restore(path, state, t, cfg, d, with_optimizer=cfg.init_optimizer)
+        _restore(path, state, trainee, cfg, dist, with_optimizer=cfg.init_optimizer)
         checkpoint.seed_all(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
         prog = Progress(
             step=state["progress"]["step"],
             tokens=state["progress"]["tokens"],
             trained_by=list(state["progress"].get("trained_by", [])),
         )
-        t.stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
+        trainee.stream.load_state_dict({"data_seed": cfg.data_seed, "step": prog.step})
     else:
         prog = Progress()
-    if not prog.world_sizes or prog.world_sizes[-1][1] != d.world:
-        prog.world_sizes.append([prog.step, d.world])  # [from step, processes]: the run's history
+    if not prog.world_sizes or prog.world_sizes[-1][1] != dist.world:
+        prog.world_sizes.append([prog.step, dist.world])  # [from step, processes]: the run's history
     _record_trainer(prog, cfg, mode)
     return mode, path, prog
 
@@ -166,42 +171,44 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
         )
 
 
-def _restore(path: Path, state: dict, t: Trainee, cfg: TrainConfig, d: Dist, with_optimizer: bool) -> None:
+def _restore(
+    path: Path, state: dict, trainee: Trainee, cfg: TrainConfig, dist: Dist, with_optimizer: bool
+) -> None:
     """Weights, optimizer and scaler, and this rank's RNG states, whatever the checkpoint's kind
     (single file or DCP shards) and process count and whatever this run's: each is resharded."""
-    optimizer = t.optimizer if with_optimizer else None
+    optimizer = trainee.optimizer if with_optimizer else None
     if sharded_checkpoint.is_sharded(path):
-        sharded_checkpoint.load(path, t.model, optimizer)
+        sharded_checkpoint.load(path, trainee.model, optimizer)
         if optimizer is not None:
-            t.scaler.load_state_dict(sharded_checkpoint.load_scaler(path))
+            trainee.scaler.load_state_dict(sharded_checkpoint.load_scaler(path))
     else:
-        if parallel.is_sharded(t.model):
+        if parallel.is_sharded(trainee.model):
             whole = Transformer(cfg.model)  # the file's weights, whole on the CPU, then resharded
             checkpoint.load_weights(path, whole)
-            parallel.load_full_model_state(t.model, whole.state_dict())
+            parallel.load_full_model_state(trainee.model, whole.state_dict())
         else:
-            checkpoint.load_weights(path, t.model)
+            checkpoint.load_weights(path, trainee.model)
         if optimizer is not None:
             saved = checkpoint.load_optimizer(path, torch.device("cpu"))
-            if parallel.is_sharded(t.model) and parallel.keyed_by_position(saved["optimizer"]):
+            if parallel.is_sharded(trainee.model) and parallel.keyed_by_position(saved["optimizer"]):
                 raise checkpoint.CheckpointError(
                     f"refusing to load {path}'s optimizer state under parallel: fsdp: it is keyed by "
                     "parameter position (saved before 2026-12-01), which cannot be matched to FSDP's "
                     "shards. Resume it once under parallel: ddp (its next checkpoint is keyed by name), "
                     "or branch with fresh optimizer state (anneal.init_optimizer: false)."
                 )
-            parallel.load_full_optimizer_state(t.model, optimizer, saved["optimizer"])
-            t.scaler.load_state_dict(saved["scaler"])
-    rng = checkpoint.load_rng(path, d.rank)
+            parallel.load_full_optimizer_state(trainee.model, optimizer, saved["optimizer"])
+            trainee.scaler.load_state_dict(saved["scaler"])
+    rng = checkpoint.load_rng(path, dist.rank)
     if rng is not None:
         checkpoint.set_rng_state(rng)
         return
     # A rank the checkpoint did not have: its generators start from the seed, the step and the rank,
     # the same on every rerun. Training draws no randomness on these ranks; evals run on rank 0.
-    checkpoint.seed_all(cfg.seed + state["progress"]["step"] * 1009 + d.rank)
+    checkpoint.seed_all(cfg.seed + state["progress"]["step"] * 1009 + dist.rank)
     log.info(
         "rank %d: %s, made by %d process(es), holds no RNG state for this rank; seeded from the step",
-        d.rank,
+        dist.rank,
         path,
         state.get("world_size", 1),
     )

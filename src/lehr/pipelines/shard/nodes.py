@@ -9,7 +9,8 @@ from tokenizers import Tokenizer
 from lehr.dataprep.builtin_tasks import documents, make_tasks
 from lehr.dataprep.params import ShardParams
 from lehr.dataprep.sharding import ShardSpec
-from lehr.dataprep.token_store import TokenStoreError, TokenStreams
+from lehr.dataprep.token_index import TokenStoreError
+from lehr.dataprep.token_reader import TokenStreams
 from lehr.dataprep.tokenization import tokenizer_sha256
 from lehr.tokens import ENDOFTEXT
 

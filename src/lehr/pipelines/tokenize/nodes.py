@@ -8,7 +8,7 @@ from tokenizers import Tokenizer
 
 from lehr.dataprep.corpus import Corpus
 from lehr.dataprep.params import TokenizeParams
-from lehr.dataprep.token_store import Settings, bpe_sample, encode_corpus_to_parts
+from lehr.dataprep.token_writer import Settings, bpe_sample, encode_corpus_to_parts
 from lehr.dataprep.tokenization import train_bpe
 
 

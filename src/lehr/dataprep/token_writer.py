@@ -1,24 +1,6 @@
-"""Token streams on disk, written as they are encoded, by any number of worker processes.
-
-Layout of the tokenize stage's output folder::
-
-    parts/<key>.bin             the tokens of one task (a corpus file; or, under a per-stream
-                                cap, all files of a stream), appended as they are encoded
-    parts/.<key>.resume         that part's record, written after its .bin is complete, with the
-                                sha256 of each file it encoded and of the .bin (DVC ignores it)
-    streams.json                the index of a whole run
-    streams-<i>-of-<N>.json     the index of slice i of N (``tokenize.slice``), for runs split
-                                across machines; the shard stage merges the N of them
-
-A part's key hashes what makes its bytes (the tokenizer, the stream, the files' paths, the
-reading settings); its record adds the sha256 of every file it read, so a rerun after a kill
-reuses every finished part whose files hold the same bytes and encodes only the rest (a file's
-size and time prove nothing: ``cp -p``, ``rsync -a`` and ``tar x`` keep them over new content).
-Each index records the plan it was cut from (every task's files, the tokenizer, the settings),
-and slices are merged only when their plans agree. Names and
-bytes depend on the task alone, never on the number of workers or slices or on when the corpus
-was laid out, so every split of the work gives the same folder, and DVC the same hash.
-"""
+"""Writing token streams: the corpus encoded into parts by any number of worker processes, a
+finished part reused after a kill, and the index of a run or of one slice of it (the layout:
+``lehr.dataprep.token_index``)."""
 
 from __future__ import annotations
 
@@ -28,31 +10,23 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from lehr import versions
 from lehr.dataprep.corpus import Corpus, Document, read_file, stream_of
+from lehr.dataprep.token_index import FORMAT, RESUME, TokenStoreError, add_to_stream, index_name, parse_slice
 from lehr.dataprep.tokenization import SampleHeap, encode_documents, token_dtype, tokenizer_sha256
 from lehr.files import locks
 from lehr.files.atomic import fsync_dir, recover, sha256_file, sibling, write_text_atomic
 
-FORMAT = 2
-READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``
 log = logging.getLogger(__name__)
-_SLICE_INDEX = re.compile(r"^streams-(\d+)-of-(\d+)\.json$")
-
-
-class TokenStoreError(ValueError):
-    """Token streams that cannot be used; the message names the file and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +63,6 @@ def plan(corpus: Corpus, cap: int) -> list[EncodeJob]:
     return [EncodeJob(i, s, tuple(fs)) for i, (s, fs) in enumerate(by_stream.items())]
 
 
-def parse_slice(spec: str) -> tuple[int, int]:
-    """``"i/N"`` (1-based) -> (i, N)."""
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", spec)
-    if not m or not 1 <= int(m[1]) <= int(m[2]):
-        raise ValueError(f"parameter tokenize.slice = {spec!r} must be i/N with 1 <= i <= N, e.g. 1/1 or 2/4")
-    return int(m[1]), int(m[2])
-
-
 def _key(task: EncodeJob, tokenizer_sha: str, settings: Settings) -> str:
     blob = json.dumps(
         {
@@ -126,9 +92,6 @@ def plan_record(tasks: list[EncodeJob], tokenizer_sha: str, settings: Settings) 
         "settings": dataclasses.asdict(settings),
         "tasks": files,
     }
-
-
-RESUME = ".resume"  # suffix of a part's record (``.<key>.resume``), which .dvcignore names
 
 
 def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
@@ -336,10 +299,8 @@ def _encode(
     )
     streams: dict[str, dict] = {}
     for rec in records:
-        s = streams.setdefault(rec["stream"], {"n_docs": 0, "n_bytes": 0, "n_tokens": 0, "parts": []})
-        for k in ("n_docs", "n_bytes", "n_tokens"):
-            s[k] += rec[k]
-        s["parts"].append({"task": rec["task"], "file": f"parts/{rec['file']}", "n_tokens": rec["n_tokens"]})
+        part = {"task": rec["task"], "file": f"parts/{rec['file']}", "n_tokens": rec["n_tokens"]}
+        add_to_stream(streams, rec["stream"], rec, [part])
     total = sum(s["n_tokens"] for s in streams.values())
     if n == 1 and total:
         log.info("%.3f tokens per byte", total / max(sum(s["n_bytes"] for s in streams.values()), 1))
@@ -360,11 +321,6 @@ def _encode(
         },
         "streams": dict(sorted(streams.items())),
     }
-
-
-def index_name(index: dict) -> str:
-    i, n = index["slice"]
-    return "streams.json" if n == 1 else f"streams-{i}-of-{n}.json"
 
 
 def save_index(root: Path, index: dict) -> None:
@@ -391,124 +347,3 @@ def save_index(root: Path, index: dict) -> None:
         ):
             path.unlink()
     fsync_dir(root)
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenStreams:
-    """The merged index of a token folder; ``chunks(stream)`` reads a stream's tokens in order."""
-
-    root: Path
-    dtype: np.dtype
-    tokenizer_sha256: str
-    streams: dict[str, dict]  # name -> {n_docs, n_bytes, n_tokens, parts: [{task, file, n_tokens}]}
-
-    def stats(self, name: str) -> dict[str, int]:
-        return {k: self.streams[name][k] for k in ("n_docs", "n_bytes", "n_tokens")}
-
-    def _paths(self, name: str) -> list[Path]:
-        paths = [self.root / part["file"] for part in self.streams[name]["parts"]]
-        for path in paths:
-            if not path.is_file():
-                raise TokenStoreError(
-                    f"{path}, listed in the index of {self.root}, is missing: re-run the tokenize stage"
-                )
-        return paths
-
-    def chunks(self, name: str, tokens: int = READ_TOKENS) -> Iterator[np.ndarray]:
-        """The stream's tokens in order, read ``tokens`` at a time."""
-        for path in self._paths(name):
-            with open(path, "rb") as f:
-                while len(chunk := np.fromfile(f, dtype=self.dtype, count=tokens)):
-                    yield chunk
-
-
-def _check_one_plan(root: Path, indexes: list[dict]) -> None:
-    """Slices merge into one corpus only if each was cut from the same plan: the same files in
-    the same tasks, tokenizer and settings. Otherwise streams would lose or repeat files."""
-    made_under = [ix.get("versions") for ix in indexes]
-    for ix, under in zip(indexes[1:], made_under[1:]):
-        if under != made_under[0]:
-            n = ix["slice"][1]
-            raise TokenStoreError(
-                f"tokenize slices {indexes[0]['slice'][0]}/{n} and {ix['slice'][0]}/{n} in {root} were "
-                f"encoded under other versions ({made_under[0]} and {under}), which can encode other "
-                "tokens. Re-run the slices under one environment (make setup installs requirements.lock)."
-            )
-    plans = [ix.get("plan") for ix in indexes]
-    if len(indexes) == 1 or all(p and p["sha256"] == plans[0]["sha256"] for p in plans):
-        return
-    first, n = indexes[0], indexes[0]["slice"][1]
-    for ix, plan in zip(indexes[1:], plans[1:]):
-        if plan and plans[0] and plan["sha256"] == plans[0]["sha256"]:
-            continue
-        what = _plan_difference(plans[0], plan)
-        raise TokenStoreError(
-            f"tokenize slices {first['slice'][0]}/{n} and {ix['slice'][0]}/{n} in {root} were cut from "
-            f"different plans ({what}): the corpus, tokenizer or settings changed between them, and "
-            f"merged they would drop some files and repeat others. Re-run every slice on the same corpus "
-            f"(`kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each I)."
-        )
-
-
-def _plan_difference(a: dict | None, b: dict | None) -> str:
-    if not a or not b:
-        return "one of them records no plan: it was written by an earlier lehr"
-    if a["tokenizer_sha256"] != b["tokenizer_sha256"]:
-        return "other tokenizers"
-    if a["settings"] != b["settings"]:
-        keys = sorted(k for k in a["settings"] if a["settings"][k] != b["settings"].get(k))
-        return f"other reading settings: {', '.join(keys)}"
-    files_a = {f for _, fs in a["tasks"] for f in fs}
-    files_b = {f for _, fs in b["tasks"] for f in fs}
-    added, removed = sorted(files_b - files_a), sorted(files_a - files_b)
-    parts = [f"{len(a['tasks'])} against {len(b['tasks'])} tasks"]
-    if added:
-        parts.append(f"only the second has {', '.join(added[:3])}{' ...' if len(added) > 3 else ''}")
-    if removed:
-        parts.append(f"only the first has {', '.join(removed[:3])}{' ...' if len(removed) > 3 else ''}")
-    return "; ".join(parts)
-
-
-def load(root: Path) -> TokenStreams:
-    """The whole run's index, or the N slice indexes merged (all N must be there, from one tokenizer)."""
-    whole = root / "streams.json"
-    if whole.is_file():
-        indexes = [json.loads(whole.read_text())]
-    else:
-        found = {}
-        for p in root.glob("streams-*-of-*.json"):
-            m = _SLICE_INDEX.match(p.name)
-            found.setdefault(int(m[2]), {})[int(m[1])] = json.loads(p.read_text())
-        if not found:
-            raise TokenStoreError(f"{whole} is missing: run the tokenize stage first (`dvc repro tokenize`)")
-        if len(found) > 1:
-            raise TokenStoreError(
-                f"{root} holds slice indexes of different splits ({sorted(found)} slices): "
-                f"remove the streams-*-of-*.json files of the split you no longer use"
-            )
-        ((n, slices),) = found.items()
-        missing = sorted(set(range(1, n + 1)) - set(slices))
-        if missing:
-            raise TokenStoreError(
-                f"{root}: slice(s) {', '.join(f'{i}/{n}' for i in missing)} of the tokenize run are "
-                f"not finished: run `kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each"
-            )
-        indexes = [slices[i] for i in sorted(slices)]
-    if any(ix.get("format") != FORMAT for ix in indexes):
-        raise TokenStoreError(f"{root} was written by another version of lehr: re-run the tokenize stage")
-    shas = {ix["tokenizer_sha256"] for ix in indexes}
-    if len(shas) > 1:
-        raise TokenStoreError(
-            f"the tokenize slices in {root} were encoded with different tokenizers; re-run them all"
-        )
-    _check_one_plan(root, indexes)
-    streams: dict[str, dict] = {}
-    for ix in indexes:
-        for name, s in ix["streams"].items():
-            m = streams.setdefault(name, {"n_docs": 0, "n_bytes": 0, "n_tokens": 0, "parts": []})
-            for k in ("n_docs", "n_bytes", "n_tokens"):
-                m[k] += s[k]
-            m["parts"].extend(s["parts"])
-    for s in streams.values():
-        s["parts"].sort(key=lambda p: p["task"])
-    return TokenStreams(root, np.dtype(indexes[0]["dtype"]), shas.pop(), dict(sorted(streams.items())))
