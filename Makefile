@@ -70,8 +70,9 @@ smoke: setup
 test: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	# A worker per core, each test file on one worker (its module fixtures built once).
-	$(BIN)/python -m pytest -n auto --dist loadfile
+	# A worker per core, each test file on one worker (its module fixtures built once), in the
+	# order tests/conftest.py gives (the longest files first), not xdist's own (most tests first).
+	$(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 bench: setup
 	$(BIN)/python bench/scale.py

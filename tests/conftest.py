@@ -54,9 +54,24 @@ def pytest_configure(config):
         torch.set_num_threads(share)
 
 
-# Files that each take minutes on 2 cores (pytest --durations, 2026-12-02): scheduled first, so
-# that the workers do not end on one of them while the other idles.
-LONGEST = ("test_readme_tour.py", "test_pipeline_e2e.py", "test_user_corpus_e2e.py", "test_chaos.py")
+# The files that take longest, longest first (per-file sums of a 2-worker run's durations,
+# 2026-12-02; each 1 to 5 minutes): scheduled first, so that no worker ends on one of them while
+# the other idles. The second is one that needs no smoke run, so that both workers start working
+# while the first builds it. (make test keeps this order: pytest-xdist's --no-loadscope-reorder.)
+LONGEST = (
+    "test_readme_tour.py",
+    "test_fsdp.py",
+    "test_pipeline_e2e.py",
+    "test_muon_fsdp.py",
+    "test_user_corpus_e2e.py",
+    "test_bench.py",
+    "test_chaos.py",
+    "test_operator_faults.py",
+    "test_bad_input.py",
+    "test_code_in_the_record.py",
+    "test_ladder.py",
+    "test_resume.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

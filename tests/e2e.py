@@ -84,3 +84,11 @@ def lock_hash(lock: Path, out: str) -> str:
 
 def stages_run(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
+
+
+def runs_of(repo: Path):
+    """The MLflow runs of a repo's own store, and a client of it."""
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["lehr"]), mlflow.MlflowClient()

@@ -1,7 +1,8 @@
 """The README's newcomer's tour, run as written: every command of its bash block, parsed from
-README.md (so the two cannot drift), in order, in a sandbox that `make smoke` builds. Each must
-exit 0; afterwards every branch made by hand is still there, each experiment differs from the
-baseline only by its own -S, and the project itself is as it was."""
+README.md (so the two cannot drift), in order, in a sandbox that `make smoke` builds, with MLflow
+on as a person has it. Each must exit 0; afterwards every branch made by hand is still there, each
+experiment differs from the baseline only by its own -S and is told apart in MLflow, the notebook
+runs on what the tour made, and the project itself is as it was."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import pytest
 from lehr.project.experiment_refs import experiments_of
 from lehr.project.experiments import changed, flat_params
 from tests import ROOT
-from tests.e2e import dir_hash, env, sh, stages_run
+from tests.e2e import dir_hash, env, runs_of, sh, stages_run
 
 pytestmark = pytest.mark.slow
 SANDBOX = "build/smoke"
@@ -67,12 +68,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo):
+def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo, monkeypatch):
     sandbox, before, outputs = tmp_path / "smoke", project_state(), {}
-    cwd = ROOT
+    cwd, person = ROOT, {**env(), "LEHR_MLFLOW": "1"}
     for line in tour():
         run = as_run_here(line, sandbox)
-        proc = subprocess.run(["bash", "-c", run], cwd=cwd, env=env(), capture_output=True, text=True)
+        proc = subprocess.run(["bash", "-c", run], cwd=cwd, env=person, capture_output=True, text=True)
         assert proc.returncode == 0, (
             f"{line}\nexited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         )
@@ -81,6 +82,7 @@ def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo):
             cwd = sandbox
         if "lehr branches" in line and "hand_made" not in outputs:
             outputs["hand_made"] = branches(sandbox)
+            outputs["pre_anneal"] = dir_hash(sandbox / "data/06_models/pre_anneal")
 
     # make smoke left the project as it was, and its sandbox gives the dvc.lock of every fresh run
     # (the session's smoke run is another), every entry: no clock, path or machine in what DVC
@@ -104,8 +106,18 @@ def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo):
     cosine = next(v for k, v in outputs.items() if "-n cosine-baseline" in k)
     assert stages_run(linear) == ["anneal", "evaluate"]
     assert stages_run(cosine) == ["pretrain_stable", "anneal", "evaluate"]
-    # The workspace is the baseline again after each experiment.
+    # The workspace is the baseline again after each experiment, pre_anneal included.
     assert sh(sandbox, "git", "status", "--porcelain").stdout == ""
+    assert dir_hash(sandbox / "data/06_models/pre_anneal") == outputs["pre_anneal"]
+    # MLflow tells the experiments apart, each with the stage runs it made, all in the sandbox's one
+    # store (the queued ones ran in temporary workspaces and wrote there too, not beside themselves).
+    runs, _ = runs_of(sandbox)
+    by_exp = runs.groupby("tags.dvc.exp_name")["tags.lehr.stage"].apply(sorted).to_dict()
+    assert by_exp["linear"] == ["anneal", "evaluate"]
+    assert by_exp["cosine-baseline"] == by_exp[next(iter(got))] == ["anneal", "evaluate", "pretrain_stable"]
+    assert not list((sandbox / ".dvc/tmp/exps").rglob("mlflow.db"))
+    shown = next(v for k, v in outputs.items() if k.startswith("dvc exp show"))
+    assert "anneal.heldout.bpb" in shown and re.search(r"^\|.*\blinear\b.*\| \d+\.\d+", shown, re.M), shown
     table = next(v for k, v in outputs.items() if k.startswith("python -m lehr experiments"))
     assert re.search(r"^linear\s+anneal\.shape=linear\s+[\d.]+\s+[\d.]+\s+[+-]\d\.\d{4} \[", table, re.M), (
         table
@@ -151,6 +163,21 @@ def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo):
     )
     assert again.returncode != 0 and "FORCE=1" in again.stderr and (sandbox / "dvc.lock").exists()
     assert sh(sandbox, "git", "rev-list", "--count", "HEAD").stdout.strip() == "2"
+
+    # The notebook the tour ends on, run headless on what the tour made.
+    import nbformat
+    from nbclient import NotebookClient
+
+    for key, value in env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("LEHR_PROJECT", str(sandbox))
+    nb = nbformat.read(ROOT / "notebooks/compare_experiments.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")  # stripped in git
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(sandbox)}}
+    ).execute()
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "cosine-baseline" in text  # the printed gain per experiment
 
 
 def test_the_tours_mlflow_ui_serves_and_stops_whole_on_sigterm(smoke_repo, tmp_path):

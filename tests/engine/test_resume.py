@@ -78,10 +78,11 @@ def test_a_resumed_run_hands_its_callbacks_the_whole_history(tiny_config, tmp_pa
 def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_path):
     cfg_path = tmp_path / "job.json"
     straight = tmp_path / "straight"
-    train(tiny_config(out_dir=str(straight), planned_steps=300, ckpt_every=1000, eval_every=1000))
+    # 80 steps: the signal comes after step 20 (4 log lines), and the run must still be going then.
+    train(tiny_config(out_dir=str(straight), planned_steps=80, ckpt_every=1000, eval_every=1000))
     job = {
         "config": tiny_config(
-            out_dir=str(tmp_path / "killed"), planned_steps=300, ckpt_every=1000, eval_every=1000
+            out_dir=str(tmp_path / "killed"), planned_steps=80, ckpt_every=1000, eval_every=1000
         ).to_dict(),
         "callbacks": [],
     }
@@ -99,14 +100,14 @@ def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     summary = json.loads((tmp_path / "s.json").read_text())
-    assert summary["stopped"] == "signal" and 0 < summary["step"] < 300
+    assert summary["stopped"] == "signal" and 0 < summary["step"] < 80
     assert "SIGTERM received" in err
     latest = (tmp_path / "killed" / "checkpoints" / "latest").read_text().strip()
     assert latest == f"step_{summary['step']:08d}"  # the checkpoint is of the very step it stopped at
     resumed = train(
-        tiny_config(out_dir=str(tmp_path / "killed"), planned_steps=300, ckpt_every=1000, eval_every=1000)
+        tiny_config(out_dir=str(tmp_path / "killed"), planned_steps=80, ckpt_every=1000, eval_every=1000)
     )
-    assert resumed["mode"] == "resume" and resumed["step"] == 300
+    assert resumed["mode"] == "resume" and resumed["step"] == 80
     assert_same_final(straight, tmp_path / "killed")
 
 

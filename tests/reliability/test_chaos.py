@@ -21,10 +21,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests import faults
-from tests.e2e import env, make_repo, sh
+from tests.e2e import dir_hash, env, lock_hash, make_repo, runs_of, sh
 
 pytestmark = pytest.mark.slow
 KILLS = 3  # per stage: two inside a checkpoint write, one anywhere in training
+MLFLOW = {"LEHR_MLFLOW": "1"}  # as a person runs it: each attempt an MLflow run
 
 
 def same_weights(a: Path, b: Path) -> bool:
@@ -65,7 +66,7 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
         proc = subprocess.Popen(
             ["dvc", "repro", stage],
             cwd=repo,
-            env={**env(), **faults.env(slow_checkpoint=0.4)},
+            env={**env(), **faults.env(slow_checkpoint=0.4), **MLFLOW},
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -98,12 +99,18 @@ def kill_repeatedly(repo: Path, stage: str, run_dir: Path, seed: int) -> int:
 
 
 def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, smoke_repo, corpus_dir):
+    """Each stage killed again and again (in a checkpoint write, or anywhere), then run to its end:
+    the same bytes as the session's uninterrupted run, and in MLflow the same curve."""
     reference = smoke_repo.parent / "reference"  # the same stages, never interrupted
     repo = make_repo(tmp_path / "repo", corpus_dir)
     for stage in ("tokenize", "shard"):
         sh(repo, "dvc", "repro", stage)
+    # A from-scratch rebuild gives byte-identical tokenizer and shards.
+    tokenizer = "data/02_intermediate/tokenizer.json"
+    assert (repo / tokenizer).read_bytes() == (smoke_repo / tokenizer).read_bytes()
+    assert dir_hash(repo / "data/04_feature/shards") == dir_hash(smoke_repo / "data/04_feature/shards")
     landed = kill_repeatedly(repo, "pretrain_stable", repo / "data/06_models/stable_run", seed=1)
-    out = sh(repo, "dvc", "repro", "pretrain_stable")
+    out = sh(repo, "dvc", "repro", "pretrain_stable", extra_env=MLFLOW)
     print(
         f"\npretrain_stable: {landed}/{KILLS} kills landed mid-run; final repro: "
         f"{'resumed' if 'resumed from checkpoint' in out.stderr else 'ran'}"
@@ -113,9 +120,30 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, smoke_repo, cor
     assert same_weights(
         reference / "pre_anneal.safetensors", repo / "data/06_models/pre_anneal/model.safetensors"
     )
+    # Every file of it, to the byte (the optimizer state, the RNGs, the record), so DVC sees the
+    # same pre_anneal as the uninterrupted run's and nothing after it re-runs.
+    assert dir_hash(repo / "data/06_models/pre_anneal") == dir_hash(reference / "pre_anneal")
+    pre_anneal = "data/06_models/pre_anneal"
+    assert lock_hash(repo / "dvc.lock", pre_anneal) == lock_hash(reference / "dvc.lock", pre_anneal)
+    # MLflow: every killed attempt that had started training is closed as KILLED and linked; the
+    # finished one holds the whole curve (the history kept before the kills, replayed), the same
+    # as the uninterrupted run's.
+    runs, client = runs_of(repo)
+    stable = runs[runs["tags.lehr.stage"] == "pretrain_stable"]
+    attempts = stable[stable["tags.lehr.run_dir"].notna()].sort_values("start_time")
+    assert attempts["tags.lehr.run_dir"].nunique() == 1 and len(attempts) >= 2
+    assert list(attempts["status"]) == ["KILLED"] * (len(attempts) - 1) + ["FINISHED"]
+    earlier = set(attempts.iloc[-1]["tags.lehr.earlier_attempts"].split(","))
+    assert earlier == set(attempts.iloc[:-1]["run_id"])
+    ref_runs, ref_client = runs_of(smoke_repo)
+    ref = ref_runs[ref_runs["tags.lehr.stage"] == "pretrain_stable"].sort_values("start_time").iloc[0]
+    curve = [(m.step, m.value) for m in client.get_metric_history(attempts.iloc[-1]["run_id"], "train.loss")]
+    assert sorted(curve) == sorted(
+        (m.step, m.value) for m in ref_client.get_metric_history(ref["run_id"], "train.loss")
+    )
 
     landed = kill_repeatedly(repo, "anneal", repo / "data/06_models/anneal_runs", seed=2)
-    sh(repo, "dvc", "repro", "anneal")
+    sh(repo, "dvc", "repro", "anneal", extra_env=MLFLOW)
     print(f"anneal: {landed}/{KILLS} kills landed mid-run")
     assert landed >= KILLS - 1
     assert not list((repo / "data/06_models/anneal_runs").rglob(".tmp-*")), (
