@@ -2,7 +2,9 @@
 
 Same model, batch, precision and optimizer; the bare loop gets its batches pre-drawn in memory.
 Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share of step time
-(goal <= 1%), and checkpoint save / verify+load seconds.
+(goal <= 1%), and checkpoint save / verify+load seconds. Where no peak is known for the device (a
+CPU), its ceiling is measured in the same run: the FLOP/s the loop achieved (the engine's FLOPs per
+token x tok/s) against the largest square matmul's FLOP/s in bf16 and fp32 on this device.
 
 With ``--processes N`` (torchrun, gloo on CPU: DDP, or FSDP with ``--parallel fsdp``), instead
 lehr's N-process tok/s with Muon's orthogonalisation shared against redundant
@@ -103,6 +105,21 @@ def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
     tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
     seconds = sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
     return sum(tokens) / seconds, logged[-1]["mfu"], logged[-1]["mem"]
+
+
+def matmul_flops(dtype: torch.dtype, device: torch.device, size: int = 1024, seconds: float = 1.0) -> float:
+    """FLOP/s of ``size`` x ``size`` matmuls in ``dtype``, repeated for about ``seconds`` after one
+    warm-up: what this device's kernels reach at best (bf16 is emulated where the CPU has no bf16
+    instructions, and this measures that too)."""
+    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+    a @ b
+    reps, t0 = 0, time.perf_counter()
+    while reps < 2 or time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2 * size**3 * reps / (time.perf_counter() - t0)
 
 
 def logged_tok_s(run_dir: Path) -> float:
@@ -254,6 +271,14 @@ def main() -> None:
             "MFU           "
             f"{'n/a (no peak TFLOPS known for this device)' if mfu is None else f'{mfu:.1%}'}; memory {mem}"
         )
+        if mfu is None:  # no known peak: this device's own ceiling, measured now
+            achieved = Transformer(cfg.model).flops_per_token() * lehr_med
+            bf16, fp32 = (matmul_flops(dtype, hw.device) for dtype in (torch.bfloat16, torch.float32))
+            print(
+                f"FLOP/s        achieved {achieved / 1e9:,.1f} G (FLOPs per token x tok/s); this device's "
+                f"matmul ceiling: bf16 {bf16 / 1e9:,.1f} G, fp32 {fp32 / 1e9:,.1f} G -> "
+                f"{achieved / bf16:.1%} of bf16's, {achieved / fp32:.1%} of fp32's"
+            )
         print(f"data stream   {data_share(cfg, step_s):.2%} of step time   (goal <= 1%)")
         print(f"checkpoint    save {save_s:.2f} s, verify + load {load_s:.2f} s")
 

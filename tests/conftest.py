@@ -191,7 +191,7 @@ def trained(tmp_path_factory):
     """A reference run trained once per session: ``trained(cfg, launch)`` is the run folder of
     ``cfg`` (its out_dir aside) under ``launch``, shared by every test that asks for the same one.
     Read it; a test that resumes or changes a run copies it into its own folder first."""
-    from lehr.engine.dist.launch import run
+    from tests.engine.forked import run
 
     def get(cfg: TrainConfig, launch) -> Path:
         key = {**cfg.to_dict(), "out_dir": None, "launch": dataclasses.asdict(launch)}

@@ -4,6 +4,7 @@ that each runs and reports; the figures themselves are measured by `make bench`,
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -41,6 +42,8 @@ def test_train_loop_benchmark_runs_on_a_tiny_model():
         "cpu",
     )
     assert "ratio lehr/bare" in out and "checkpoint    save" in out
+    # A CPU has no known peak: its matmul ceiling is measured beside the loop's FLOP/s.
+    assert re.search(r"achieved [\d.,]+ G .* bf16 [\d.,]+ G, fp32 [\d.,]+ G -> [\d.]+% of bf16's", out), out
 
 
 def test_train_loop_benchmark_compares_muon_work_over_two_processes():

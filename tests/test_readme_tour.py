@@ -68,7 +68,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo, monkeypatch):
+def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     sandbox, before, outputs = tmp_path / "smoke", project_state(), {}
     cwd, person = ROOT, {**env(), "LEHR_MLFLOW": "1"}
     for line in tour():
@@ -88,6 +88,8 @@ def test_the_readme_tour_runs_as_written(tmp_path, smoke_repo, monkeypatch):
     # (the session's smoke run is another), every entry: no clock, path or machine in what DVC
     # hashes. (The baseline commit keeps make smoke's dvc.lock; each experiment puts it back.)
     assert project_state() == before
+    # Asked for only now: the tour's worker trains from its first second, not after that build.
+    smoke_repo = request.getfixturevalue("smoke_repo")
     assert (sandbox / "dvc.lock").read_text() == (smoke_repo.parent / "reference" / "dvc.lock").read_text()
     # Every branch made by hand (and its soup) outlived the experiments, byte for byte.
     made, now = outputs["hand_made"], branches(sandbox)

@@ -9,7 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.dist.launch import Launch, run
+from lehr.engine.dist import launch
+from lehr.engine.dist.launch import Launch
+from tests.engine.forked import run
 
 pytestmark = pytest.mark.slow
 
@@ -63,4 +65,4 @@ def test_resume_under_ddp_is_exact(tiny_config, tmp_path):
 
 def test_more_processes_than_devices_is_refused(tiny_config):
     with pytest.raises(ValueError, match="exceeds the .* CPU cores"):
-        run(tiny_config(), Launch(nproc_per_node=512))
+        launch.run(tiny_config(), Launch(nproc_per_node=512))

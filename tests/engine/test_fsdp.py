@@ -1,4 +1,5 @@
-"""FSDP2 through torchrun on gloo (2 CPU processes): the same training as DDP, exact resume,
+"""FSDP2 on gloo (2 CPU processes, forked; torchrun for the kill and the two nodes): the same
+training as DDP, exact resume,
 resume across process counts and across DDP/FSDP, activation checkpointing, async saves that a
 kill cannot half-write, and optimizer state sharded ~1/N per rank."""
 
@@ -17,9 +18,11 @@ import pytest
 import torch
 
 from lehr.engine.artifacts.checkpoint import Rolling
-from lehr.engine.dist.launch import Launch, run
+from lehr.engine.dist import launch
+from lehr.engine.dist.launch import Launch
 from tests import faults
 from tests.engine import compare_runs, detached
+from tests.engine.forked import run
 
 pytestmark = pytest.mark.slow
 # These tests train with AdamW, whose state sharding is simplest to count; Muon under FSDP has
@@ -141,7 +144,7 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     proc.wait()
     path, _ = Rolling(checkpoints, 2).latest_valid()
     assert path.name == "step_00000004"
-    summary = run(tiny_config(out_dir=str(tmp_path / "killed"), **cfg), Launch(nproc_per_node=2))
+    summary = launch.run(tiny_config(out_dir=str(tmp_path / "killed"), **cfg), Launch(nproc_per_node=2))
     assert summary["resumed_from"].endswith("step_00000004")
     assert not list(checkpoints.glob(".tmp-*"))
     assert_close_runs(straight("fsdp", 2), tmp_path / "killed", exact=True)

@@ -27,13 +27,14 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from lehr.engine import optim
 from lehr.engine.artifacts import checkpoint
 from lehr.engine.artifacts.checkpoint import Rolling
-from lehr.engine.dist import parallel
-from lehr.engine.dist.launch import Launch, run
+from lehr.engine.dist import launch, parallel
+from lehr.engine.dist.launch import Launch
 from lehr.engine.model import Transformer
 from lehr.files.atomic import sha256_file
 from tests import faults
 from tests.engine import compare_runs, detached
 from tests.engine.compare_runs import weights
+from tests.engine.forked import run
 
 pytestmark = pytest.mark.slow
 BASE = dict(planned_steps=20, micro_batch=2, eval_every=10, ckpt_every=5, optimizer="muon")
@@ -86,17 +87,18 @@ def test_a_kill_9_under_fsdp_muon_resumes_at_two_processes_and_at_one(tiny_confi
     proc.wait()
     assert not (tmp_path / "killed" / "final").exists()
     shutil.copytree(tmp_path / "killed", tmp_path / "killed-one")
-    for out, launch, exact in (("killed", TWO, True), ("killed-one", Launch(nproc_per_node=1), False)):
-        summary = run(tiny_config(out_dir=str(tmp_path / out), **cfg), launch)
+    for out, processes, exact in (("killed", TWO, True), ("killed-one", Launch(nproc_per_node=1), False)):
+        summary = launch.run(tiny_config(out_dir=str(tmp_path / out), **cfg), processes)
         assert summary["mode"] == "resume" and summary["step"] == 30, summary
         assert_same(tmp_path / "straight", tmp_path / out, exact=exact)
 
 
-def test_a_non_finite_step_under_fsdp_muon_is_skipped_on_every_rank(tiny_config, tmp_path):
+def test_a_non_finite_step_under_fsdp_muon_is_skipped_on_every_rank(tiny_config, tmp_path, monkeypatch):
     """The 7th step's gradient is NaN (the fault counts steps from 0): the checkpoint after it holds
     every rank's shards of the weights, the momentum and AdamW's moments as they were after step 6."""
     cfg = tiny_config(out_dir=str(tmp_path / "run"), **dict(FSDP, planned_steps=7, ckpt_every=1))
-    summary = run(cfg, TWO, extra_env=faults.env(nonfinite_steps="6"))
+    faults.nonfinite_at(monkeypatch, [6])  # in this process: the forked ranks inherit it
+    summary = run(cfg, TWO)
     assert summary["skips_total"] == 1
     rolling = {p.name: p for p in (tmp_path / "run" / "checkpoints").iterdir()}
     saved = {}

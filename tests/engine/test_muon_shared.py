@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file
 
 from lehr.engine import optim
-from lehr.engine.dist.launch import Launch, run
+from lehr.engine.dist.launch import Launch
 from lehr.engine.run.loop import train
+from tests.engine.forked import run
 
 
 def test_owners_balance_the_cost_and_agree_everywhere():
