@@ -9,7 +9,7 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.startup import bootstrap_project
 
 from lehr.engine.artifacts.code_identity import imported
-from lehr.project.paths import catalog_paths
+from lehr.paths import catalog_paths
 from tests import ROOT
 
 GLOBALS = yaml.safe_load((ROOT / "conf/base/globals.yml").read_text())

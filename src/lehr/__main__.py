@@ -55,7 +55,7 @@ def _last_eval(progress: dict) -> dict:
 
 def _branches(args: argparse.Namespace) -> int:
     from lehr.catalog.branches_dataset import made_by, scan, scan_homes
-    from lehr.project.paths import branch_homes
+    from lehr.paths import branch_homes
 
     if args.root:
         homes, (branches, left_out) = (Path(args.root),), scan(Path(args.root))
@@ -84,7 +84,7 @@ def _branches(args: argparse.Namespace) -> int:
             f"{prog['tokens']:11,d} {ev.get('heldout', {}).get('bpb', float('nan')):12.4f} "
             f"{prog.get('best_loss') or float('nan'):10.4f}"
         )
-    from lehr.project.paths import portable
+    from lehr.paths import portable
 
     print(f"folders: {', '.join(map(portable, homes))} (docs/tracking.md: which command writes where)")
     return 0
@@ -279,9 +279,9 @@ def _check(args: argparse.Namespace) -> int:
 
     `dvc exp run -S key=bad` removes a stage's outputs before its command can refuse the value;
     checking first (`make check-params`, `lehr exp`) keeps them."""
+    from lehr.paths import profile_in_force
     from lehr.project import conf_visibility
     from lehr.project.experiments import problems_of
-    from lehr.project.paths import profile_in_force
 
     env = args.env or profile_in_force(Path.cwd())
     for note in conf_visibility.unread_overrides(Path.cwd(), env):
@@ -297,8 +297,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _exp(args: argparse.Namespace) -> int:
+    from lehr.paths import profile_in_force
     from lehr.project.experiments import run
-    from lehr.project.paths import profile_in_force
 
     return run(Path.cwd(), profile_in_force(Path.cwd()), args.dvc_args)
 
@@ -325,7 +325,7 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 
 def _join(args: argparse.Namespace) -> int:
-    from lehr.project.paths import profile_in_force
+    from lehr.paths import profile_in_force
     from lehr.stages.join import join, runtime_params
 
     env = args.env or profile_in_force(Path.cwd())
@@ -335,14 +335,14 @@ def _join(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> dict[str, Path]:
-    from lehr.project.paths import catalog_paths
+    from lehr.paths import catalog_paths
 
     return catalog_paths(Path.cwd(), getattr(args, "env", None))
 
 
 def _layout(args: argparse.Namespace):
-    from lehr.files.run_folders import Layout
-    from lehr.project.paths import branch_homes
+    from lehr.paths import branch_homes
+    from lehr.project.run_folders import Layout
 
     paths = _catalog(args)
     homes = branch_homes(Path.cwd(), getattr(args, "env", None))
@@ -350,7 +350,7 @@ def _layout(args: argparse.Namespace):
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from lehr.files.run_folders import scan
+    from lehr.project.run_folders import scan
 
     layout = _layout(args)
     folders = scan(layout)
@@ -369,7 +369,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from lehr.files.run_folders import prunable, remove, scan
+    from lehr.project.run_folders import prunable, remove, scan
 
     folders = scan(_layout(args))
     for f in folders:

@@ -57,7 +57,7 @@ def _run(**options) -> None:
 
 
 def _conf_and_env(options: dict) -> tuple[Path, str]:
-    from lehr.project.paths import profile_in_force
+    from lehr.paths import profile_in_force
 
     conf = Path(options.get("conf_source") or "conf")
     return conf, options.get("env") or profile_in_force(Path.cwd())

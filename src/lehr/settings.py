@@ -4,8 +4,8 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
+from lehr.paths import profile_in_force
 from lehr.project.conf_visibility import ConfigInForce
-from lehr.project.paths import profile_in_force
 from lehr.stages.lines import StageLines
 from lehr.tracking.hooks import MlflowTracking
 

@@ -1,2 +1,2 @@
-"""Files that survive kills: atomic writes and folder swaps, one-writer locks, and the rolling
-run folders an operator lists and prunes."""
+"""Files that survive kills: atomic writes and folder swaps, one-writer locks, and the rule for a
+name that becomes a folder."""

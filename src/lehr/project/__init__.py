@@ -1,2 +1,3 @@
-"""The project around the pipeline: its paths and profile as conf/ describes them, which
-parameters DVC tracks, compared experiments, throwaway sandboxes and MLflow's UI."""
+"""The project around the pipeline, as an operator works it: which parameters DVC tracks,
+compared experiments, the rolling run folders (listed and pruned), throwaway sandboxes and
+MLflow's UI. Its paths and profile are ``lehr.paths``."""

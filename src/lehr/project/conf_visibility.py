@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from kedro.framework.hooks import hook_impl
 
-from lehr.project.paths import profile_in_force
+from lehr.paths import profile_in_force
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class ConfigInForce:
             raise ValueError("refusing to run: " + "; ".join(problems))
         names = set(run_params.get("pipeline_names") or ["__default__"])
         if self._context is not None and names & MIX_READERS:
-            from lehr.project.paths import catalog_paths
+            from lehr.paths import catalog_paths
             from lehr.stages.mix_checks import mix_problems
 
             paths = catalog_paths(self._project, self._env)

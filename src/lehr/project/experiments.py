@@ -79,8 +79,8 @@ def context_problems(seq_len: int, shards: Path) -> list[str]:
 def problems_of(project: Path, env: str, conf: Path | None = None) -> list[str]:
     """Every problem a stage would find with the params in ``conf`` (default: the project's), checked
     against the data the project has now."""
+    from lehr.paths import catalog_paths
     from lehr.project.conf_visibility import untracked
-    from lehr.project.paths import catalog_paths
     from lehr.stages.check import check_all
     from lehr.stages.mix_checks import corpus_problems, mix_problems
 

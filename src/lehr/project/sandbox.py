@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lehr.project.paths import catalog_paths
+from lehr.paths import catalog_paths
 
 MARKER = ".lehr-sandbox"
 COPIED = (

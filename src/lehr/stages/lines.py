@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kedro.framework.hooks import hook_impl
 
-from lehr.project.paths import portable
+from lehr.paths import portable
 
 log = logging.getLogger("lehr")
 REPORTS = Path("data/08_reporting")
@@ -63,7 +63,7 @@ def headline(stage: str, paths: dict[str, Path]) -> str | None:
 def where(branch: str, paths: dict[str, Path]) -> str:
     """The folder of a branch, in the home this run saved it to."""
     from lehr.catalog.branches_dataset import run_by_dvc
-    from lehr.project.paths import branch_homes
+    from lehr.paths import branch_homes
 
     dvc_home, hand_home = branch_homes(Path.cwd())
     return portable((dvc_home if run_by_dvc("anneal") else hand_home) / branch)
@@ -83,7 +83,7 @@ class StageLines:
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict, run_result, pipeline, catalog) -> None:
-        from lehr.project.paths import catalog_paths
+        from lehr.paths import catalog_paths
 
         paths = catalog_paths(Path.cwd(), run_params.get("env"))
         # A branch's folder is in one of two homes (docs/tracking.md): the headline names it.

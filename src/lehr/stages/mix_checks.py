@@ -9,7 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from lehr.project.paths import portable
+from lehr.paths import portable
 
 HELDOUT = "heldout"  # the corpus folder of held-out text, not a tier
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
-from lehr.project.paths import portable
+from lehr.paths import portable
 from lehr.stages.folder_names import stable_run_name
 from lehr.stages.params import AnnealParams, PretrainParams
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from kedro.framework.hooks import hook_impl
 
 from lehr.engine.run.metrics import flatten
-from lehr.project.paths import profile_in_force
+from lehr.paths import profile_in_force
 from lehr.tracking import step_forwarder
 
 log = logging.getLogger(__name__)

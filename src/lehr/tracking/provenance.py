@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from lehr.engine.artifacts.state import STATE, State, state_file
-from lehr.project.paths import portable
+from lehr.paths import portable
 
 
 def _git(*args: str) -> str | None:
