@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from lehr.engine.config import TrainConfig
 
@@ -32,3 +35,27 @@ def wait_until(done, seconds: float) -> None:
     deadline = time.time() + seconds
     while time.time() < deadline and not done():
         time.sleep(0.1)
+
+
+def kill(proc: subprocess.Popen, run_dir: Path, seconds: float = 30) -> None:
+    """SIGKILL the run's process group, as an operator's kill -9 would, and return once every
+    process of the run is gone: torchrun's workers, in sessions of their own, die with the agent
+    (a parent-death signal) a moment after it, and a test must not read the folder before."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + seconds
+    while time.time() < deadline and _of_run(run_dir):
+        time.sleep(0.05)
+    assert not _of_run(run_dir), f"left behind after the kill: {_of_run(run_dir)}"
+
+
+def _of_run(run_dir: Path) -> list[int]:
+    """The processes whose command line names the run folder (the workers' job files lie in it)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if str(run_dir) in " ".join(p.cmdline()):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found

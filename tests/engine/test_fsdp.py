@@ -140,8 +140,7 @@ def test_a_kill_during_an_async_save_leaves_the_previous_checkpoint_valid(tiny_c
     detached.wait_until((checkpoints / "step_00000004" / "state.json").is_file, 120)
     # step 4 is committed once step 8's save is asked for; step 8's shards are then in flight.
     detached.wait_until(lambda: any(checkpoints.glob(".tmp-step_00000008-*")), 60)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    detached.kill(proc, tmp_path / "killed")
     path, _ = Rolling(checkpoints, 2).latest_valid()
     assert path.name == "step_00000004"
     summary = launch.run(tiny_config(out_dir=str(tmp_path / "killed"), **cfg), Launch(nproc_per_node=2))

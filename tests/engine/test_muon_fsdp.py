@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -83,8 +82,7 @@ def test_a_kill_9_under_fsdp_muon_resumes_at_two_processes_and_at_one(tiny_confi
     proc = detached.start(killed, job, 2, faults.env(slow_checkpoint=2))
     checkpoints = tmp_path / "killed" / "checkpoints"
     detached.wait_until((checkpoints / "step_00000010" / "state.json").is_file, 180)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    detached.kill(proc, tmp_path / "killed")
     assert not (tmp_path / "killed" / "final").exists()
     shutil.copytree(tmp_path / "killed", tmp_path / "killed-one")
     for out, processes, exact in (("killed", TWO, True), ("killed-one", Launch(nproc_per_node=1), False)):

@@ -54,7 +54,9 @@ def stable_config(
     """
     rule = stop_rule(p)
     cfg = TrainConfig(**_shared(p, manifest, runs_root, provenance, tasks or {}), stop_rule=rule)
-    # Named before the branch points join the rule: keeping a checkpoint changes no step.
+    # The folder is named by the config's own math hash, so the config is built first and given
+    # its folder after (a copy); named before the branch points join the rule: keeping a
+    # checkpoint changes no step.
     run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
     steps = branch_point_steps(p, cfg.batch_size, cfg.model.seq_len, rule)
     kept = dict(keep=steps, keep_to=str(run_dir / "branch_points"))
