@@ -1,5 +1,6 @@
 """Kedro project settings."""
 
+import warnings
 from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
@@ -10,6 +11,10 @@ from lehr.stages.lines import StageLines
 from lehr.tracking.hooks import MlflowTracking
 
 HOOKS = (ConfigInForce(), MlflowTracking(), StageLines())
+
+# Kedro's config loader registers its resolvers with an omegaconf call that omegaconf 2.4 (the
+# one hydra-core pins) warns about at every run: Kedro's to change, nothing a user can act on.
+warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated", category=UserWarning)
 
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
