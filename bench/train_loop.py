@@ -4,7 +4,7 @@ Same model, batch, precision and optimizer; the bare loop gets its batches pre-d
 Prints tokens/s of each and their ratio (goal >= 0.97x), the data stream's share of step time
 (goal <= 1%), and checkpoint save / verify+load seconds. Where no peak is known for the device (a
 CPU), its ceiling is measured in the same run: the FLOP/s the loop achieved (the engine's FLOPs per
-token x tok/s) against the largest square matmul's FLOP/s in bf16 and fp32 on this device.
+token x tok/s) against a large square matmul's FLOP/s (``--matmul-size``) in bf16 and fp32.
 
 With ``--processes N`` (torchrun, gloo on CPU: DDP, or FSDP with ``--parallel fsdp``), instead
 lehr's N-process tok/s with Muon's orthogonalisation shared against redundant
@@ -110,10 +110,12 @@ def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
 
 def matmul_flops(dtype: torch.dtype, device: torch.device, size: int = 1024, seconds: float = 1.0) -> float:
     """FLOP/s of ``size`` x ``size`` matmuls in ``dtype``, repeated for about ``seconds`` after one
-    warm-up: what this device's kernels reach at best (bf16 is emulated where the CPU has no bf16
-    instructions, and this measures that too)."""
+    warm-up: what this device's kernels reach on a large square matmul (bf16 is emulated where the
+    CPU has no bf16 instructions, and this measures that too)."""
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
     a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     reps, t0 = 0, time.perf_counter()
     while reps < 2 or time.perf_counter() - t0 < seconds:
         a @ b
@@ -230,6 +232,7 @@ def main() -> None:
     p.add_argument("--attention", default="auto", help="SDPA kernel: auto | flash | efficient | cudnn | math")
     p.add_argument("--parallel", default="ddp", help="ddp | fsdp (FSDP2; over one process: one shard)")
     p.add_argument("--processes", type=int, default=1, help="> 1: shared vs redundant Muon across them")
+    p.add_argument("--matmul-size", type=int, default=1024, help="the square matmul of a CPU's ceiling")
     p.add_argument("--activation-checkpointing", default="none", help="none | blocks")
     p.add_argument(
         "--optimizer", default="muon", help="adamw | muon (Muon on the hidden matrices, AdamW on the rest)"
@@ -256,7 +259,8 @@ def main() -> None:
         lehr_med, bare_med = statistics.median(ours), statistics.median(bare)
         step_s = cfg.batch_size * cfg.model.seq_len / lehr_med
         save_s, load_s = checkpoint_seconds(cfg, tmp)
-        n_params = Transformer(cfg.model).num_parameters()
+        model = Transformer(cfg.model)
+        n_params = model.num_parameters()
         hw = resolve(cfg.device, cfg.precision, None, attention=cfg.attention)
         print(
             f"model {args.preset} ({n_params / 1e6:.1f}M params), batch {cfg.batch_size} x "
@@ -273,13 +277,15 @@ def main() -> None:
             f"{'n/a (no peak TFLOPS known for this device)' if mfu is None else f'{mfu:.1%}'}; memory {mem}"
         )
         if mfu is None:  # no known peak: this device's own ceiling, measured now
-            achieved = Transformer(cfg.model).flops_per_token() * lehr_med
-            ceiling = {name: matmul_flops(dtype, hw.device) for name, dtype in MATMUL_DTYPES.items()}
-            ours = "bf16" if hw.precision == "bf16" else "fp32"  # fp8 has no CPU path: tests only
+            achieved = model.flops_per_token() * lehr_med
+            size = args.matmul_size
+            ceiling = {name: matmul_flops(dtype, hw.device, size) for name, dtype in MATMUL_DTYPES.items()}
+            # A CPU run is bf16 or fp32 (fp8 there is an emulation for tests, timed against fp32).
+            run_dtype = "bf16" if hw.precision == "bf16" else "fp32"
             print(
                 f"FLOP/s        achieved {achieved / 1e9:,.1f} G (FLOPs per token x tok/s) = "
-                f"{achieved / ceiling[ours]:.1%} of this device's {ours} matmul "
-                f"({ceiling[ours] / 1e9:,.1f} G, the run's precision); matmul bf16 "
+                f"{achieved / ceiling[run_dtype]:.1%} of this device's {run_dtype} matmul "
+                f"({ceiling[run_dtype] / 1e9:,.1f} G, the run's precision); matmul bf16 "
                 f"{ceiling['bf16'] / 1e9:,.1f} G, fp32 {ceiling['fp32'] / 1e9:,.1f} G"
             )
         print(f"data stream   {data_share(cfg, step_s):.2%} of step time   (goal <= 1%)")

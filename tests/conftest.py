@@ -1,7 +1,7 @@
 """Shared fixtures: a small real corpus, its tokenizer and shards, and tiny training configs.
 
-Run everything with ``make test`` (pytest-xdist: a worker per core, each test file on one
-worker); ``pytest -m "not slow"`` skips the end-to-end tests.
+Run everything with ``make test`` (pytest-xdist: a worker per core and one more, each test file
+on one worker); ``pytest -m "not slow"`` skips the end-to-end tests.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ NOT_CODE = {
 PATH = re.compile(r"\bsrc/lehr/[A-Za-z0-9_/]+(?:\.py)?")
 # A file named from inside the package, as comments do: ``engine/run/loop.py``.
 PACKAGE_PATH = re.compile(
-    r"(?<![\w/.])(?:engine|data|datasets|files|pipelines|tracking)/[A-Za-z0-9_/]+\.py\b"
+    r"(?<![\w/.])(?:engine|dataprep|catalog|stages|reports|project|files|pipelines|tracking)/[A-Za-z0-9_/]+\.py\b"
 )
 FILES = [
     *sorted((ROOT / "src").rglob("*.py")),

@@ -119,7 +119,7 @@ def test_params_listed_by_stages_exist_and_smoke_overrides_are_real_keys():
 
 # Imported by the stages but unable to change what they write: tracking forwards metrics to MLflow,
 # locks only refuse a second writer, errors (and the `kedro run` that prints them) only word what
-# went wrong, stage_lines only logs, and the package's __init__ holds only its version.
+# went wrong, stages/lines.py only logs, and the package's __init__ holds only its version.
 NO_EFFECT_ON_OUTPUTS = {
     "src/lehr/tracking/step_forwarder.py",
     "src/lehr/tracking/hooks.py",

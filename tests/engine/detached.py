@@ -51,10 +51,10 @@ def kill(proc: subprocess.Popen, run_dir: Path, seconds: float = 30) -> None:
 
 def _of_run(run_dir: Path) -> list[int]:
     """The processes whose command line names the run folder (the workers' job files lie in it)."""
-    found = []
+    found, inside = [], str(run_dir) + os.sep  # not a sibling folder that shares the name's start
     for p in psutil.process_iter():
         try:
-            if str(run_dir) in " ".join(p.cmdline()):
+            if inside in " ".join(p.cmdline()):
                 found.append(p.pid)
         except psutil.Error:
             continue

@@ -11,6 +11,8 @@ import os
 import socket
 import traceback
 
+import torch
+
 from lehr.engine.config import Launch, TrainConfig
 from lehr.engine.dist import launch as real
 from lehr.engine.run.loop import train
@@ -32,6 +34,9 @@ def _rank(cfg: TrainConfig, rank: int, world: int, port: int, results) -> None:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
+    # As torchrun's workers get it from the launcher: one thread each unless the caller set a share
+    # (a reduction over more threads may round otherwise than a torchrun run it is compared with).
+    torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))
     try:
         summary = train(cfg)
     except BaseException:
@@ -41,10 +46,12 @@ def _rank(cfg: TrainConfig, rank: int, world: int, port: int, results) -> None:
 
 
 def run(cfg: TrainConfig, launch: Launch, extra_env: dict[str, str] | None = None) -> dict:
-    """``lehr.engine.dist.launch.run`` on one machine, the processes forked: rank 0's summary.
-    One process trains in this one, as the launcher does."""
+    """``lehr.engine.dist.launch.run`` on one machine's CPU, the processes forked: rank 0's summary."""
     assert launch.nnodes == 1 and not extra_env, "two nodes and injected faults: use real torchrun"
-    if launch.nproc_per_node == 1:
+    real.check_fits_machine(launch, cfg.device)
+    # One process trains in this one, as the launcher does; CUDA cannot be used in a fork of a
+    # process that has used it, so a GPU run goes through torchrun.
+    if launch.nproc_per_node == 1 or (cfg.device != "cpu" and torch.cuda.is_available()):
         return real.run(cfg, launch)
     world, port = launch.nproc_per_node, _free_port()
     context = multiprocessing.get_context("fork")

@@ -34,7 +34,7 @@ def test_every_declared_rule_names_a_field_of_its_config():
         names = {f.name for f in dataclasses.fields(cls)}
         assert resumable(cls) <= names
         for old, new in renames(cls).items():
-            assert old not in names and new in names, (cls, old)
+            assert new in names, (cls, old)
         for f in dataclasses.fields(cls):
             assert set(f.metadata) <= {"resumable", "off", "used_if", "renamed_from"}, (cls, f.name)
     # used_if reads the config's own fields: under either optimizer and either spike setting
@@ -77,3 +77,43 @@ def test_the_math_hash_covers_the_math_and_only_settings_in_use(kw, extra):
     assert "n_kv_head" not in cfg.math_fields()["model"]
     grouped = _config(**kw, model=dataclasses.replace(preset("tiny", 256), n_kv_head=1))
     assert grouped.math_fields()["model"]["n_kv_head"] == 1
+
+
+# Values from before the rules were declared on the fields (2026-12-02, commit 8d0dde1): a run
+# folder's name and an exact resume go by these, so a change to them strands every run.
+PINNED_HASHES = {
+    (("optimizer", "muon"),): "fac057e4d61391c5",
+    (("optimizer", "adamw"),): "e23b90f6a0b2e91f",
+    (("optimizer", "adamw"), ("z_loss", 1e-4), ("spike_sigma", 2.0)): "620562ab43ed62b4",
+    (
+        ("optimizer", "muon"),
+        ("z_loss", 1e-4),
+        ("spike_sigma", 2.0),
+        ("muon_work", "redundant"),
+        ("micro_batch", 4),
+    ): ("ae27e63e995e2f2c"),
+}
+PINNED_BRANCHES = {
+    ("pre_anneal", 0.0, 0): "1-sqrt-280-ae5d57",
+    ("pre_anneal", 0.0, 50): "1-sqrt-50-82e229",
+    ("pre_anneal", 0.2, 0): "1-sqrt-r0.2-12da8e",
+    ("tokens-4096", 0.0, 0): "tokens-4096-1-sqrt-280-16177b",
+}
+
+
+@pytest.mark.parametrize("settings", list(PINNED_HASHES), ids=[str(len(k)) for k in PINNED_HASHES])
+def test_the_math_hash_of_a_config_is_what_it_was(settings):
+    assert _config(**dict(settings)).math_hash() == PINNED_HASHES[settings]
+
+
+@pytest.mark.parametrize("origin, ratio, steps", list(PINNED_BRANCHES))
+def test_a_branch_keeps_its_name(origin, ratio, steps):
+    import yaml
+
+    from lehr.stages.folder_names import branch_name
+    from tests import ROOT
+
+    pretrain = yaml.safe_load((ROOT / "conf/base/parameters_pretrain_stable.yml").read_text())["pretrain"]
+    anneal = yaml.safe_load((ROOT / "conf/base/parameters_anneal.yml").read_text())["anneal"]
+    branch = AnnealParams(**{**anneal, "origin": origin, "decay_ratio": ratio, "decay_steps": steps})
+    assert branch_name(PretrainParams(**pretrain), branch) == PINNED_BRANCHES[origin, ratio, steps]
