@@ -1,35 +1,33 @@
-"""Custom Kedro datasets for lehr's artifacts; each writes atomically (temp name, then rename)."""
+"""Custom Kedro datasets for lehr's artifacts; each writes atomically (temp name, then rename).
 
-from lehr.catalog.branch_points_dataset import BranchPointsDataset
-from lehr.catalog.branches_dataset import AnnealBranchesDataset
-from lehr.catalog.checkpoint_dataset import CheckpointDataset
-from lehr.catalog.corpus_dataset import CorpusDataset
-from lehr.catalog.ladder_rungs_dataset import LadderRungsDataset
-from lehr.catalog.path_dataset import RunDirDataset
-from lehr.catalog.report_datasets import (
-    AtomicCSVDataset,
-    AtomicJSONDataset,
-    AtomicMatplotlibDataset,
-    AtomicTextDataset,
-)
-from lehr.catalog.shards_dataset import ShardsDataset
-from lehr.catalog.task_files_dataset import TaskFilesDataset
-from lehr.catalog.token_streams_dataset import TokenStreamsDataset
-from lehr.catalog.tokenizer_dataset import TokenizerDataset
+Kedro's catalog names them as ``lehr.catalog.<Name>``. Each is imported when the catalog first
+asks for it, not all at once: a stage's process loads only the datasets it reads or writes, so the
+tokenize stage never imports matplotlib, pandas or torch for another stage's reports.
+"""
 
-__all__ = [
-    "AnnealBranchesDataset",
-    "AtomicCSVDataset",
-    "AtomicJSONDataset",
-    "AtomicMatplotlibDataset",
-    "AtomicTextDataset",
-    "BranchPointsDataset",
-    "CheckpointDataset",
-    "CorpusDataset",
-    "LadderRungsDataset",
-    "RunDirDataset",
-    "ShardsDataset",
-    "TaskFilesDataset",
-    "TokenStreamsDataset",
-    "TokenizerDataset",
-]
+import importlib
+
+_HOMES = {
+    "AnnealBranchesDataset": "branches_dataset",
+    "AtomicCSVDataset": "csv_dataset",
+    "AtomicJSONDataset": "report_datasets",
+    "AtomicMatplotlibDataset": "plot_dataset",
+    "AtomicTextDataset": "report_datasets",
+    "BranchPointsDataset": "branch_points_dataset",
+    "CheckpointDataset": "checkpoint_dataset",
+    "CorpusDataset": "corpus_dataset",
+    "LadderRungsDataset": "ladder_rungs_dataset",
+    "RunDirDataset": "path_dataset",
+    "ShardsDataset": "shards_dataset",
+    "TaskFilesDataset": "task_files_dataset",
+    "TokenStreamsDataset": "token_streams_dataset",
+    "TokenizerDataset": "tokenizer_dataset",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -22,9 +22,10 @@ compare against.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Shard
 from torch.optim import adamw
 from torch.optim._muon import _adjust_lr
 
@@ -164,7 +165,7 @@ class MuonAdamW(torch.optim.Optimizer):
             for buf, new in zip(bufs, torch._foreach_lerp(bufs, grads, 1 - momentum)):
                 buf.copy_(torch.where(take, new, buf))
         nesterov = torch._foreach_lerp(grads, bufs, momentum)
-        if isinstance(params[0], DTensor):
+        if _is_dtensor(params[0]):
             world = params[0].device_mesh.size()
             owner = owners([p.shape for p in params], world) if self.shared else None
             updates = orthogonalise_sharded(nesterov, params, owner)
@@ -181,7 +182,15 @@ class MuonAdamW(torch.optim.Optimizer):
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor (a view: writing it writes the parameter); a tensor itself."""
-    return t.to_local() if isinstance(t, DTensor) else t
+    return t.to_local() if _is_dtensor(t) else t
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a DTensor, without importing ``torch.distributed.tensor`` (half a second,
+    sympy included): a process that has not imported it (FSDP does) holds none, and the processes
+    that only read a config (a stage's launcher, evaluate) never pay for it."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 def owners(shapes: list[torch.Size], world: int) -> list[int]:
@@ -224,10 +233,13 @@ def orthogonalise_shared(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
 def check_layout(named: list[tuple[str, torch.Tensor]]) -> None:
     """Muon under FSDP gathers matrices sharded along one of their dimensions over a 1-D mesh
     (``fully_shard``'s layout, on any dimension); refuses every other layout before any work."""
-    meshes = {p.device_mesh for _, p in named if isinstance(p, DTensor)}
-    for name, p in named:
-        if not isinstance(p, DTensor):
-            continue
+    sharded = [(name, p) for name, p in named if _is_dtensor(p)]
+    if not sharded:
+        return
+    from torch.distributed.tensor import Shard
+
+    meshes = {p.device_mesh for _, p in sharded}
+    for name, p in sharded:
         if len(meshes) > 1 or p.device_mesh.ndim != 1 or type(p.placements[0]) is not Shard:
             raise ValueError(
                 f"Muon cannot gather {name}: it is laid out as {p.placements} over a "

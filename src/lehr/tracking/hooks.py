@@ -117,18 +117,15 @@ class MlflowTracking:
             "data.manifest_sha256": _file_sha256(shards / "manifest.json") if shards else "",
             "data.tokenizer_sha256": _file_sha256(tokenizer) if tokenizer else "",
         }
-        import torch
-
         from lehr import versions
 
-        tags.update(
-            {
-                "torch": torch.__version__,
-                "cuda": str(torch.version.cuda),
-                "device": "cuda" if torch.cuda.is_available() else "cpu",
-                **{f"version.{name}": v for name, v in versions.deciding().items()},
-            }
-        )
+        tags.update({f"version.{name}": v for name, v in versions.deciding().items()})
+        # The machine's accelerator matters to a stage that runs torch, and such a stage's pipeline
+        # has imported it by now. The data stages never do: torch's import would double their start.
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            tags["cuda"] = str(torch.version.cuda)
+            tags["device"] = "cuda" if torch.cuda.is_available() else "cpu"
         mlflow.set_tags(tags)
         wanted = {
             k: v for k, v in self._params.items() if k in _PARAM_SECTIONS.get(stage, _PARAM_SECTIONS["all"])
