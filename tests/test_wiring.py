@@ -180,3 +180,16 @@ def test_every_module_a_stage_runs_is_one_of_its_deps():
             if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)
         )
         assert not missing, f"stage {stage} runs {missing} but does not list them as deps in dvc.yaml"
+
+
+def test_every_catalog_type_resolves_to_its_class():
+    """lehr.catalog imports a dataset when the catalog first names it: each name the catalog uses
+    is one the package lists, and each it lists resolves to the class of that name."""
+    import lehr.catalog
+
+    types = {spec.get("type", "") for spec in CATALOG.values() if isinstance(spec, dict)}
+    named = {t.removeprefix("lehr.catalog.") for t in types if t.startswith("lehr.catalog.")}
+    assert named and named <= set(lehr.catalog.__all__), named - set(lehr.catalog.__all__)
+    for name in lehr.catalog.__all__:
+        cls = getattr(lehr.catalog, name)
+        assert isinstance(cls, type) and cls.__name__ == name

@@ -1,7 +1,7 @@
-"""Kedro's file datasets for the reports (JSON, CSV, text, matplotlib), written whole or not at
-all: each save writes a sibling ``.tmp-<name>-<pid>`` and renames it over the file, so a full
-disk or a kill mid-save leaves the previous report as it was. Kedro's own write over the old file
-in place, and these outputs are ``cache: false``, so DVC could not bring a cut one back."""
+"""The reports' Kedro datasets (JSON, CSV, text, matplotlib) write whole files or nothing: each
+save writes a sibling ``.tmp-<name>-<pid>`` and renames it over the file, so a full disk or a kill
+mid-save leaves the previous report as it was. Kedro's own write over the old file in place, and
+these outputs are ``cache: false``, so DVC could not bring a cut one back."""
 
 from __future__ import annotations
 
