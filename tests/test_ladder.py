@@ -14,8 +14,8 @@ from kedro.config import OmegaConfigLoader
 from lehr.__main__ import main
 from lehr.catalog import ShardsDataset
 from lehr.config_parts import from_mapping
+from lehr.reports.plots import plot_ladder
 from lehr.reports.scaling_fit import GRID, FitError, Law, fit, report
-from lehr.reports.stage_reports import plot_ladder
 from lehr.stages.ladder_params import LadderParams
 from lehr.stages.ladder_rungs import rung_params, train_rung
 from lehr.stages.params import AnnealParams, PretrainParams

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from lehr.engine.artifacts.state import State
 from lehr.project.experiment_refs import experiments_of
 from lehr.project.experiments import changed, flat_params
 from tests import ROOT
@@ -83,6 +84,9 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
         if "lehr branches" in line and "hand_made" not in outputs:
             outputs["hand_made"] = branches(sandbox)
             outputs["pre_anneal"] = dir_hash(sandbox / "data/06_models/pre_anneal")
+        if line.startswith("kedro run --pipelines evaluate"):
+            outputs["metrics"] = json.loads((sandbox / "data/08_reporting/metrics.json").read_text())
+            outputs["evaluated"] = sorted(branches(sandbox))
 
     # make smoke left the project as it was, and its sandbox gives the dvc.lock of every fresh run
     # (the session's smoke run is another), every entry: no clock, path or machine in what DVC
@@ -96,6 +100,28 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     assert {"gold-cosine", "gold-linear", "early"} <= set(made)
     assert all(now.get(name) == digest for name, digest in made.items()), set(made) - set(now)
     assert "soup-gold-cosine-gold-linear" in now
+    # The branch from a point along the stable phase (step 20): it decays 20% of those steps, and
+    # `lehr branches` shows who made it and where it started.
+    points = json.loads((sandbox / "data/06_models/branch_points/index.json").read_text())
+    assert points == {"tokens-10240": {"step": 20, "tokens": 10240}}
+    assert State.read(sandbox / "data/06_models/branches/early/final").step == 24  # 20 + 0.2 x 20
+    listing = next(v for k, v in outputs.items() if "lehr branches" in k).splitlines()
+    assert any(line.split()[:3] == ["early", "hand", "tokens-10240"] for line in listing)
+    # evaluate scored every model, the soup like any other, and each against early on the same
+    # windows (paired intervals); `lehr compare` does the same for any two checkpoints.
+    metrics = outputs["metrics"]
+    assert sorted(metrics["branches"]) == outputs["evaluated"]
+    soup = metrics["branches"]["soup-gold-cosine-gold-linear"]
+    assert soup["heldout"]["bpb"] > 0 and set(soup["tasks"]) == set(metrics["pre_anneal"]["tasks"]) != set()
+    assert metrics["branches"]["early"]["origin"] == "tokens-10240"
+    assert metrics["branches"]["early"]["tokens"] == 24 * 512 and metrics["anneal"]["origin"] == "pre_anneal"
+    vs, current = metrics["vs_baseline"], metrics["anneal"]["branch"]
+    assert vs["baseline"] == "early" and {"pre_anneal", current, "gold-cosine"} <= set(vs)
+    d = vs[current]["heldout"]["bpb"]
+    assert d["lo"] <= d["diff"] <= d["hi"] and d["n"] == 16  # 8 windows of each of 2 sources
+    compared = next(v for k, v in outputs.items() if k.startswith("python -m lehr compare"))
+    assert "branches/gold-cosine/final - data/06_models/branches/early/final" in compared
+    assert "heldout.bpb" in compared and "tasks.heldout_next_sentence.acc" in compared
     # Each experiment differs from the baseline commit only by its own -S.
     head = sh(sandbox, "git", "rev-parse", "HEAD").stdout.strip()
     base = flat_params(sandbox, head)
@@ -116,10 +142,19 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     runs, _ = runs_of(sandbox)
     by_exp = runs.groupby("tags.dvc.exp_name")["tags.lehr.stage"].apply(sorted).to_dict()
     assert by_exp["linear"] == ["anneal", "evaluate"]
-    assert by_exp["cosine-baseline"] == by_exp[next(iter(got))] == ["anneal", "evaluate", "pretrain_stable"]
+    assert by_exp["cosine-baseline"] == ["anneal", "evaluate", "pretrain_stable"]
+    assert all(by_exp[queued] == by_exp["cosine-baseline"] for queued in got)
     assert not list((sandbox / ".dvc/tmp/exps").rglob("mlflow.db"))
     shown = next(v for k, v in outputs.items() if k.startswith("dvc exp show"))
     assert "anneal.heldout.bpb" in shown and re.search(r"^\|.*\blinear\b.*\| \d+\.\d+", shown, re.M), shown
+    # Each queued experiment trained its own stable phase with its own value (from DVC's cache, in a
+    # temporary workspace), and DVC shows the figures of each.
+    data = json.loads(sh(sandbox, "dvc", "exp", "show", "--json").stdout)
+    exps = {e["name"]: e["revs"][0]["data"] for c in data for e in c.get("experiments") or [] if "name" in e}
+    for name in got:
+        figures = exps[name]["metrics"]
+        assert figures["data/08_reporting/stable_metrics.json"]["data"]["step"] > 0
+        assert figures["data/08_reporting/metrics.json"]["data"]["branches"]
     table = next(v for k, v in outputs.items() if k.startswith("python -m lehr experiments"))
     assert re.search(r"^linear\s+anneal\.shape=linear\s+[\d.]+\s+[\d.]+\s+[+-]\d\.\d{4} \[", table, re.M), (
         table
@@ -159,6 +194,12 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     )
     assert taken.returncode == 2 and f"anneal branch {dvc_branch!r} is the DVC anneal stage's" in taken.stderr
     assert f"data/06_models/anneal/{dvc_branch}" in taken.stderr and "anneal.branch=NAME" in taken.stderr
+    nowhere = sh(
+        sandbox, "kedro", "run", "--pipelines", "anneal", "--params", "anneal.origin=tokens-999", check=False
+    )
+    assert nowhere.returncode == 2
+    assert "names no branch point of the stable run; its branch points are: tokens-10240" in nowhere.stderr
+    assert dir_hash(sandbox / "data/08_reporting") == reports
     # A second `make smoke` keeps a sandbox with the person's commits and experiments.
     again = subprocess.run(
         ["make", "smoke", f"SMOKE={sandbox}"], cwd=ROOT, env=env(), capture_output=True, text=True

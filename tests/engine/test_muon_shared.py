@@ -24,7 +24,7 @@ def test_owners_balance_the_cost_and_agree_everywhere():
 
 def test_one_orthogonalisation_per_step_with_four_micro_batches(tiny_config, tmp_path, monkeypatch):
     calls, orthogonalise = [], optim.orthogonalise
-    monkeypatch.setattr(optim, "orthogonalise", lambda matrices: calls.append(1) or orthogonalise(matrices))
+    monkeypatch.setattr(optim, "orthogonalise", lambda m, *how: calls.append(1) or orthogonalise(m, *how))
     summary = train(tiny_config(out_dir=str(tmp_path / "run"), batch_size=8, micro_batch=2, planned_steps=6))
     assert summary["step"] == 6 and len(calls) == 6
 

@@ -33,7 +33,7 @@ from lehr.config_parts import (
 )
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
-from lehr.engine.optim import MUON_WORK, OPTIMIZERS
+from lehr.engine.optim import MUON_WORK, OPTIMIZERS, ORTHOGONALISERS
 from lehr.engine.schedule import SHAPES
 
 
@@ -77,12 +77,23 @@ class OptimizerConfig(Part):
     muon_lr: float = setting(0.02, used_if=_under_muon)
     muon_momentum: float = setting(0.95, used_if=_under_muon)  # Nesterov
     muon_weight_decay: float = setting(0.0, used_if=_under_muon)  # decoupled, per unit of muon_lr
+    # Muon's ingredients (their sources in ``optim``): the orthogonalisation's coefficients, and
+    # decay only where the update also shrinks the weight.
+    muon_orthogonaliser: Literal[tuple(ORTHOGONALISERS)] = setting("newton_schulz", off="newton_schulz")
+    muon_cautious_decay: bool = setting(False, off=False)
     z_loss: float = setting(
         0.0, off=0.0
     )  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
     # Under DDP or FSDP: shared = each process orthogonalises its share of Muon's matrices
     # (balanced by cost) and they swap results; redundant = each does all of them. The same update.
     muon_work: Literal[MUON_WORK] = setting("shared", resumable=True)
+
+    @property
+    def muon_ingredients(self) -> list[str]:
+        """Muon's ingredients in use, as ``field=value``."""
+        unused = not_in_use(self)
+        keys = ("muon_orthogonaliser", "muon_cautious_decay")
+        return [f"{k}={getattr(self, k)}" for k in keys if k not in unused]
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
@@ -92,6 +103,19 @@ class OptimizerConfig(Part):
         require(self.muon_lr > 0, "muon_lr", self.muon_lr, "must be positive (e.g. 0.02)")
         require(self.muon_weight_decay >= 0, "muon_weight_decay", self.muon_weight_decay, "must be >= 0")
         require(self.z_loss >= 0, "z_loss", self.z_loss, "must be >= 0 (0 = off; 1e-4 is usual)")
+        for key, off in (("muon_orthogonaliser", "newton_schulz"), ("muon_cautious_decay", False)):
+            require(
+                getattr(self, key) == off or self.optimizer == "muon",
+                key,
+                getattr(self, key),
+                f"is Muon's: set optimizer: muon, or leave it at {off!r}",
+            )
+        require(
+            not self.muon_cautious_decay or self.muon_weight_decay > 0,
+            "muon_cautious_decay",
+            True,
+            "decays nothing while muon_weight_decay is 0: set muon_weight_decay (e.g. 0.1)",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lehr.engine.model import ModelConfig
+from lehr.engine.model import VE_GATE_CHANNELS, ModelConfig
 
 GIB = 2**30
 HEADROOM = 0.9  # of the device's memory the estimate may use
@@ -43,15 +43,30 @@ class Estimate:
 
 
 def hidden_matrix_count(cfg: ModelConfig) -> int:
-    """Parameters in the attention and MLP projections (Muon's share with ``optimizer: muon``)."""
+    """Parameters in the attention and MLP projections, and the value embeddings' gates (Muon's
+    share with ``optimizer: muon``)."""
     kv = cfg.kv_heads * cfg.head_dim
-    return cfg.n_layer * (2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff)
+    mlp = (2 if cfg.mlp == "relu2" else 3) * cfg.d_model * cfg.d_ff
+    gates = value_embed_layers(cfg) * VE_GATE_CHANNELS * cfg.kv_heads
+    return cfg.n_layer * (2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + mlp) + gates
+
+
+def value_embed_layers(cfg: ModelConfig) -> int:
+    return sum(cfg.has_value_embed(i) for i in range(cfg.n_layer))
+
+
+def embedding_count(cfg: ModelConfig) -> int:
+    """The token embedding and the value embeddings: tables looked up, held by the root module."""
+    return cfg.vocab_size * (cfg.d_model + value_embed_layers(cfg) * cfg.kv_heads * cfg.head_dim)
 
 
 def parameter_count(cfg: ModelConfig) -> int:
     gains = 2 * cfg.d_model + (2 * cfg.head_dim if cfg.qk_norm else 0)
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
-    return hidden_matrix_count(cfg) + cfg.n_layer * gains + cfg.vocab_size * cfg.d_model + head + cfg.d_model
+    scalars = 2 * cfg.n_layer if cfg.layer_scalars else 0
+    return (
+        hidden_matrix_count(cfg) + cfg.n_layer * gains + embedding_count(cfg) + head + cfg.d_model + scalars
+    )
 
 
 @dataclass(frozen=True)
@@ -72,14 +87,14 @@ def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
     fsdp = setup.parallel == "fsdp"
     shards = setup.world if fsdp else 1
     act_bytes = 2 if setup.precision in ("bf16", "fp16", "fp8") else 4
-    block_params = (n - cfg.vocab_size * cfg.d_model) / cfg.n_layer
+    block_params = (n - embedding_count(cfg)) / cfg.n_layer
     # FSDP gathers a block (and prefetches the next) in the compute dtype, and its gradient.
     gathered = 2 * block_params * act_bytes * 2 if fsdp else 0
     s, b, h = cfg.seq_len, setup.micro_batch, cfg.d_model
     kv = cfg.kv_heads * cfg.head_dim
     # Stored for the backward, per block: norm inputs and outputs, q/k/v, attention output, the
-    # residuals, and the MLP's gate, up and product (each s*b wide).
-    per_block = s * b * (6 * h + 2 * kv + 3 * cfg.d_ff) * act_bytes
+    # residuals, and the MLP's gate, up and product (ReLU squared: its input and output).
+    per_block = s * b * (6 * h + 2 * kv + (2 if cfg.mlp == "relu2" else 3) * cfg.d_ff) * act_bytes
     if setup.activation_checkpointing == "blocks":  # each block's input, plus one block recomputed
         blocks = cfg.n_layer * s * b * h * act_bytes + per_block
     else:

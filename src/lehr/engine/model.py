@@ -2,6 +2,19 @@
 
 The layout follows Llama (rotate-half RoPE, pre-norm blocks, bias-free linears) so that weights
 map one-to-one onto a Hugging Face ``LlamaForCausalLM`` when ``qk_norm`` is off.
+
+The small-model ingredients the peers measured are settings, each off by default; off, the model
+is the one above, parameter for parameter and bit for bit (``ModelConfig.ingredients``):
+
+* ``mlp: relu2``: a two-matrix MLP with ReLU squared (modded-nanogpt record #5; nanochat).
+* ``logit_softcap``: logits squashed to (-cap, cap) by cap * tanh(logits / cap) (Gemma 2;
+  modded-nanogpt record #18; nanochat uses 15).
+* ``layer_scalars``: before each block, x = r_i * x + k_i * x0, with x0 the token embedding and
+  r_i, k_i learned (nanochat's resid_lambdas and x0_lambdas). They start at 1 and 0, where the
+  model is the one without them.
+* ``value_embeds``: on every other block (the last always), a second embedding of the tokens added
+  to the attention's values through a learned per-head gate in (0, 3) (modded-nanogpt record #14,
+  in nanochat's gated form).
 """
 
 from __future__ import annotations
@@ -9,13 +22,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils import skip_init
 from torch.utils.checkpoint import checkpoint
 
 from lehr.config_parts import not_in_use, setting
+
+MLPS = ("swiglu", "relu2")
+INGREDIENTS = ("mlp", "logit_softcap", "layer_scalars", "value_embeds")
+VE_GATE_CHANNELS = 12  # channels of a block's input the value embedding's gate reads (nanochat's)
 
 
 @dataclass(frozen=True)
@@ -25,7 +44,7 @@ class ModelConfig:
     n_layer: int  # transformer blocks
     n_head: int  # attention heads; d_model must be a multiple
     d_model: int  # residual stream width
-    d_ff: int  # SwiGLU hidden width (per gate)
+    d_ff: int  # MLP hidden width (SwiGLU's per gate)
     rope_theta: float = 10000.0  # RoPE base frequency
     qk_norm: bool = False  # RMSNorm on queries and keys (stabilises high LRs; not in Llama)
     tie_embeddings: bool = True  # output projection shares the token embedding
@@ -34,6 +53,11 @@ class ModelConfig:
     # Key/value heads (grouped-query attention: each serves n_head / n_kv_head query heads);
     # None = n_head, plain multi-head attention.
     n_kv_head: int | None = setting(None, off=None)
+    # The ingredients (the module's docstring has each one's source).
+    mlp: Literal[MLPS] = setting("swiglu", off="swiglu")  # swiglu | relu2 (d_ff is its hidden width)
+    logit_softcap: float | None = setting(None, off=None)  # e.g. 15; None = logits as they are
+    layer_scalars: bool = setting(False, off=False)  # learned residual and x0 scales before each block
+    value_embeds: bool = setting(False, off=False)  # gated value embeddings on alternate blocks
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_head:
@@ -47,6 +71,19 @@ class ModelConfig:
                 f"model.n_kv_head = {self.n_kv_head} must divide model.n_head = {self.n_head} "
                 f"(each key/value head serves the same number of query heads)"
             )
+        if self.mlp not in MLPS:
+            raise ValueError(f"model.mlp = {self.mlp!r} must be one of {', '.join(MLPS)}")
+        cap = self.logit_softcap
+        if cap is not None and not (_is_number(cap) and 0 < cap < math.inf):
+            raise ValueError(f"model.logit_softcap = {cap!r} must be a positive number (15 is usual) or null")
+        for flag in ("layer_scalars", "value_embeds"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"model.{flag} = {getattr(self, flag)!r} must be true or false")
+        if self.value_embeds and self.d_model < VE_GATE_CHANNELS:
+            raise ValueError(
+                f"model.value_embeds needs model.d_model >= {VE_GATE_CHANNELS} (the gate reads that many "
+                f"channels); d_model is {self.d_model}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -56,11 +93,28 @@ class ModelConfig:
     def kv_heads(self) -> int:
         return self.n_kv_head or self.n_head
 
+    @property
+    def ingredients(self) -> list[str]:
+        """The ingredients in use, as ``field=value`` (empty: the plain Llama layout)."""
+        return [f"{name}={getattr(self, name)}" for name in INGREDIENTS if name not in not_in_use(self)]
+
+    def has_value_embed(self, layer: int) -> bool:
+        """Every other block has one, counted back from the last (which always has it): nanochat's rule."""
+        return self.value_embeds and layer % 2 == (self.n_layer - 1) % 2
+
     def math_dict(self) -> dict:
         """The fields that shape the model's math, as checkpoints record them. A field added after
         checkpoints existed is left out at its "not in use" value, so those checkpoints still resume."""
         absent = not_in_use(self)
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in absent}
+
+
+def _of_an_ingredient(module_name: str) -> bool:
+    return module_name.startswith("value_embeds.") or module_name.endswith("ve_gate")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # vocab_size and seq_len of a preset are defaults; the run sets vocab_size from the tokenizer.
@@ -113,7 +167,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, value_embed: bool = False):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
@@ -122,13 +176,19 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.ve_gate = (
+            skip_init(nn.Linear, VE_GATE_CHANNELS, cfg.kv_heads, bias=False) if value_embed else None
+        )
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None) -> Tensor:
         b, t, d = x.shape
         q = self.q_proj(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
         k, v = (
             p(x).view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2) for p in (self.k_proj, self.v_proj)
         )
+        if ve is not None:  # per key/value head, a gate in (0, 3) on the token's value embedding
+            gate = 3 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
+            v = v + (gate.unsqueeze(-1) * ve.view(b, t, self.n_kv_head, self.head_dim)).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -148,16 +208,26 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Block(nn.Module):
+class ReLU2(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = SwiGLU(cfg)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin)
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.relu(self.up_proj(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg, value_embed=cfg.has_value_embed(layer))
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = ReLU2(cfg) if cfg.mlp == "relu2" else SwiGLU(cfg)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, ve)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -167,7 +237,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.checkpoint_blocks = False  # activation checkpointing: set by the engine, not the math
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -175,37 +245,63 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.apply(self._init)
-        # Residual projections scaled by depth (GPT-2): keeps the residual stream's variance flat.
+        kv_dim = cfg.kv_heads * cfg.head_dim
+        layers = [i for i in range(cfg.n_layer) if cfg.has_value_embed(i)]
+        # skip_init: an ingredient's module draws no numbers when built (``_init_weights`` draws them)
+        self.value_embeds = nn.ModuleDict(
+            {str(i): skip_init(nn.Embedding, cfg.vocab_size, kv_dim) for i in layers}
+        )
+        self.resid_scales = nn.Parameter(torch.ones(cfg.n_layer)) if cfg.layer_scalars else None
+        self.x0_scales = nn.Parameter(torch.zeros(cfg.n_layer)) if cfg.layer_scalars else None
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Every matrix and table normal(0, init_std), the residual projections scaled by depth
+        (GPT-2: keeps the residual stream's variance flat); the ingredients' own parameters last,
+        so that the plain model's parameters draw the same numbers with them on as off (an
+        ablation then compares like with like)."""
+        std = self.cfg.init_std
+        modules = list(self.named_modules())
+        for name, m in modules:
+            if isinstance(m, (nn.Linear, nn.Embedding)) and not _of_an_ingredient(name):
+                nn.init.normal_(m.weight, std=std)
         for name, p in self.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight")):
-                nn.init.normal_(p, std=cfg.init_std / math.sqrt(2 * cfg.n_layer))
-
-    def _init(self, m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=self.cfg.init_std)
+                nn.init.normal_(p, std=std / math.sqrt(2 * self.cfg.n_layer))
+        for name, m in modules:
+            if name.startswith("value_embeds."):
+                nn.init.normal_(m.weight, std=std)
+            elif name.endswith("ve_gate"):  # gates start a little above neutral (nanochat)
+                nn.init.uniform_(m.weight, 0.0, 0.02)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         t = idx.shape[1]
         if t > self.cfg.seq_len:
             raise ValueError(f"input of {t} tokens exceeds model.seq_len = {self.cfg.seq_len}")
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        x = self.embed(idx)
-        for block in self.blocks:
+        x = x0 = self.embed(idx)
+        for i, block in enumerate(self.blocks):
+            if self.resid_scales is not None:
+                x = self.resid_scales[i] * x + self.x0_scales[i] * x0
+            ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
             if self.checkpoint_blocks and torch.is_grad_enabled():  # keep only the block's input
-                x = checkpoint(block, x, cos, sin, use_reentrant=False)
+                x = checkpoint(block, x, cos, sin, ve, use_reentrant=False)
             else:
-                x = block(x, cos, sin)
+                x = block(x, cos, sin, ve)
         logits = self.lm_head(self.norm(x))
+        if self.cfg.logit_softcap is not None:  # in fp32: tanh saturates early in bf16
+            cap = self.cfg.logit_softcap
+            logits = cap * torch.tanh(logits.float() / cap)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
     def num_parameters(self, non_embedding: bool = False) -> int:
+        """Every parameter; ``non_embedding``: those a token's forward multiplies (not the lookups)."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding:
-            n -= self.embed.weight.numel()
+            n -= self.embed.weight.numel() + sum(p.numel() for p in self.value_embeds.parameters())
         return n
 
     def flops_per_token(self) -> float:

@@ -23,6 +23,7 @@ compare against.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -32,6 +33,31 @@ from torch.optim._muon import _adjust_lr
 OPTIMIZERS = ("adamw", "muon")
 # Newton-Schulz quintic coefficients and steps of torch.optim.Muon (Keller Jordan's).
 NS_COEFFICIENTS, NS_STEPS, NS_EPS = (3.4445, -4.775, 2.0315), 5, 1e-7
+
+
+@dataclass(frozen=True)
+class Orthogonaliser:
+    """An odd quintic iteration X <- a X + (b A + c A^2) X, A = X X^T, from X / (norm_scale * ||X||_F)."""
+
+    steps: tuple[tuple[float, float, float], ...]  # (a, b, c) of each iteration
+    norm_scale: float  # above 1: a margin for the spectral norm to start below 1
+
+
+ORTHOGONALISERS = {
+    "newton_schulz": Orthogonaliser((NS_COEFFICIENTS,) * NS_STEPS, 1.0),  # torch.optim.Muon's
+    # Polar Express (Amsel et al. 2025, arXiv 2505.16932): coefficients fitted for each of the 5
+    # iterations, as nanochat computes them (safety factor 2e-2, cushion 2), and its 1.01 margin.
+    "polar_express": Orthogonaliser(
+        (
+            (8.156554524902461, -22.48329292557795, 15.878769915207462),
+            (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+            (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+            (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+            (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+        ),
+        1.01,
+    ),
+}
 # How Muon's orthogonalisation is spread over the processes (DDP or FSDP): shared = each matrix
 # is orthogonalised once, by the rank that owns it; redundant = every rank orthogonalises every
 # matrix (the same update, N times the work).
@@ -73,6 +99,8 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         betas=(cfg.beta1, cfg.beta2),
         momentum=cfg.muon_momentum,
         shared=cfg.muon_work == "shared",
+        orthogonaliser=ORTHOGONALISERS[cfg.muon_orthogonaliser],
+        cautious_decay=cfg.muon_cautious_decay,
     )
 
 
@@ -97,10 +125,14 @@ class MuonAdamW(torch.optim.Optimizer):
         betas: tuple[float, float],
         momentum: float,
         shared: bool = True,
+        orthogonaliser: Orthogonaliser = ORTHOGONALISERS["newton_schulz"],
+        cautious_decay: bool = False,
     ):
         defaults = {"lr": lr, "betas": betas, "eps": 1e-8, "momentum": momentum, "lr_scale": 1.0}
         super().__init__(groups, defaults)
-        self.shared = shared
+        # Attributes, not group entries: the config that built the optimizer holds them, and a
+        # state dict without them is the same file whether they exist or not.
+        self.shared, self.orthogonaliser, self.cautious_decay = shared, orthogonaliser, cautious_decay
         for group in self.param_groups:
             if group["algorithm"] == "muon" and any(p.dim() != 2 for p in group["params"]):
                 raise ValueError("Muon takes 2-D matrices only")
@@ -165,17 +197,26 @@ class MuonAdamW(torch.optim.Optimizer):
             for buf, new in zip(bufs, torch._foreach_lerp(bufs, grads, 1 - momentum)):
                 buf.copy_(torch.where(take, new, buf))
         nesterov = torch._foreach_lerp(grads, bufs, momentum)
+        method = self.orthogonaliser
         if _is_dtensor(params[0]):
             world = params[0].device_mesh.size()
             owner = owners([p.shape for p in params], world) if self.shared else None
-            updates = orthogonalise_sharded(nesterov, params, owner)
+            updates = orthogonalise_sharded(nesterov, params, owner, method)
         else:
-            updates = orthogonalise_shared(nesterov) if self.shared else orthogonalise(nesterov)
+            updates = (
+                orthogonalise_shared(nesterov, method) if self.shared else orthogonalise(nesterov, method)
+            )
         for p, update in zip(params, updates):
             if take is not None:
                 update = torch.where(take, update, torch.zeros_like(update))
             weight = _local(p)
-            weight.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
+            if self.cautious_decay:
+                # Cautious weight decay (Chen et al. 2025, arXiv 2510.12402; nanochat): decay only
+                # where the update moves the weight toward zero too, never against the update.
+                agree = (update * weight) >= 0
+                weight.sub_(weight * (agree if take is None else agree & take), alpha=lr * decay)
+            else:
+                weight.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
             # Keller's sqrt(max(1, rows / cols)), of the whole matrix (a DTensor's shape is global)
             weight.add_(update, alpha=-_adjust_lr(lr, None, p.shape))
 
@@ -203,7 +244,9 @@ def owners(shapes: list[torch.Size], world: int) -> list[int]:
     return out
 
 
-def orthogonalise_shared(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
+def orthogonalise_shared(
+    matrices: list[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
+) -> list[torch.Tensor]:
     """``orthogonalise`` with the work split over the processes of a DDP run. Under DDP every rank
     holds the same momentum-updated gradients, so a result computed by its owner is the one every
     rank would have computed, bit for bit where a batched matmul does not depend on the batch's
@@ -211,11 +254,11 @@ def orthogonalise_shared(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
     every other rank (gloo moves an all-to-all several times faster than an all-gather of the
     same bytes: ``bench/newton_schulz.py`` measures this scheme)."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return orthogonalise(matrices)
+        return orthogonalise(matrices, method)
     world, rank = dist.get_world_size(), dist.get_rank()
     owner = owners([m.shape for m in matrices], world)
     computes = [[i for i, o in enumerate(owner) if o == k] for k in range(world)]
-    done = orthogonalise([matrices[i] for i in computes[rank]]) if computes[rank] else []
+    done = orthogonalise([matrices[i] for i in computes[rank]], method) if computes[rank] else []
     got = _exchange(
         [[] if k == rank else done for k in range(world)],
         [[] if k == rank else [matrices[i].shape for i in computes[k]] for k in range(world)],
@@ -250,7 +293,10 @@ def check_layout(named: list[tuple[str, torch.Tensor]]) -> None:
 
 
 def orthogonalise_sharded(
-    parts: list[torch.Tensor], params: list[torch.Tensor], owner: list[int] | None
+    parts: list[torch.Tensor],
+    params: list[torch.Tensor],
+    owner: list[int] | None,
+    method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"],
 ) -> list[torch.Tensor]:
     """``orthogonalise`` of matrices FSDP shards (checked by ``check_layout``). ``parts`` are this
     rank's shards of ``params``' momentum-updated gradients; returns this rank's shards of their
@@ -262,7 +308,7 @@ def orthogonalise_sharded(
     mesh = params[0].device_mesh
     world, rank, group = mesh.size(), mesh.get_local_rank(), mesh.get_group()
     if world == 1:
-        return orthogonalise(parts)
+        return orthogonalise(parts, method)
     dims = [p.placements[0].dim for p in params]
     spans = [_spans(p.shape[d], world) for p, d in zip(params, dims)]
 
@@ -282,7 +328,9 @@ def orthogonalise_sharded(
         group,
         parts[0].device,
     )
-    whole = orthogonalise([torch.cat([got[k][j] for k in range(world)], dims[i]) for j, i in enumerate(mine)])
+    whole = orthogonalise(
+        [torch.cat([got[k][j] for k in range(world)], dims[i]) for j, i in enumerate(mine)], method
+    )
     if owner is None:
         return [y.narrow(dims[i], *spans[i][rank]) for i, y in enumerate(whole)]
     back = _exchange(
@@ -323,10 +371,13 @@ def _exchange(
     return [[next(pieces).view(s) for s in ss] for ss in shapes]
 
 
-def orthogonalise(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
-    """torch.optim.Muon's Newton-Schulz orthogonalisation of each matrix, bit for bit, with the
-    matrices of one shape (a tall one transposed to wide) stacked into one batched matmul, because
-    a CPU runs a few large matmuls much faster than many small ones (``bench/newton_schulz.py``)."""
+def orthogonalise(
+    matrices: list[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
+) -> list[torch.Tensor]:
+    """Each matrix orthogonalised by ``method`` (by default torch.optim.Muon's Newton-Schulz, bit
+    for bit), with the matrices of one shape (a tall one transposed to wide) stacked into one
+    batched matmul, because a CPU runs a few large matmuls much faster than many small ones
+    (``bench/newton_schulz.py``)."""
     by_shape: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(matrices):
         by_shape.setdefault((min(m.shape), max(m.shape)), []).append(i)
@@ -334,9 +385,11 @@ def orthogonalise(matrices: list[torch.Tensor]) -> list[torch.Tensor]:
     for index in by_shape.values():
         tall = [matrices[i].size(0) > matrices[i].size(1) for i in index]
         x = torch.stack([m.mT if t else m for m, t in zip((matrices[i] for i in index), tall)]).bfloat16()
-        x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=NS_EPS)  # spectral norm <= 1
-        a, b, c = NS_COEFFICIENTS
-        for _ in range(NS_STEPS):
+        norm = x.norm(dim=(-2, -1), keepdim=True)
+        if method.norm_scale != 1:
+            norm = norm * method.norm_scale
+        x = x / norm.clamp(min=NS_EPS)  # spectral norm <= 1
+        for a, b, c in method.steps:
             gram = x @ x.mT
             x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
         for i, t, y in zip(index, tall, x.unbind()):

@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from lehr.config_parts import not_in_use
 from lehr.engine.artifacts.checkpoint import load_weights, verify, written_or_nothing
 from lehr.engine.artifacts.state import STATE, State, is_checkpoint
 from lehr.engine.evals.evaluation import load_model
-from lehr.engine.model import ModelConfig, Transformer
+from lehr.engine.model import INGREDIENTS, ModelConfig, Transformer
 from lehr.files.atomic import sha256_file, staged_dir
 from lehr.tokens import ENDOFTEXT
 
@@ -94,8 +95,15 @@ def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
     if model.cfg.tie_embeddings:
         state.pop("lm_head.weight")
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt", "lehr": "1"})
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(model.cfg), indent=1))
+    (out / "config.json").write_text(json.dumps(plain_config(model.cfg), indent=1))
     shutil.copy2(tokenizer, out / "tokenizer.json")
+
+
+def plain_config(cfg: ModelConfig) -> dict:
+    """The config an export folder holds: every field, less the ingredients not in use (so that a
+    plain model's export is the same file as before they existed)."""
+    unused = set(INGREDIENTS) & not_in_use(cfg)
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in unused}
 
 
 def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -130,6 +138,12 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
 
 def hf_config(cfg: ModelConfig):
     """The transformers config of the same architecture: Llama's, or Qwen3's when QK-norm is on."""
+    if cfg.ingredients:
+        raise ExportError(
+            f"this model uses {', '.join(cfg.ingredients)}, which neither LlamaForCausalLM nor "
+            f"Qwen3ForCausalLM has: export it without --hf (safetensors and its config), "
+            f"which lehr's generate and eval load"
+        )
     from transformers import LlamaConfig, Qwen3Config
 
     shape = dict(

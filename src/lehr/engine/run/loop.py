@@ -155,6 +155,8 @@ class Run:
             self.hw.name,
             self.hw.precision,
         )
+        if ingredients := cfg.model.ingredients + cfg.muon_ingredients:
+            log.info("ingredients: %s (docs/recipe.md)", ", ".join(ingredients))
         per = "GPU" if self.hw.device.type == "cuda" else "process, in RAM"
         log.info(
             "memory estimate (%s, %s): %s",

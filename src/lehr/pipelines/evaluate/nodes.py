@@ -1,10 +1,10 @@
 """evaluate: held-out loss, perplexity and bits-per-byte of ``pre_anneal`` and anneal branches,
 per source, against a unigram baseline, and every task (``lehr.stages.scoring``, plain Python); curves
-and plots across stable + anneal (``lehr.reports.stage_reports``)."""
+and plots across stable + anneal (``lehr.reports.plots``)."""
 
 import pandas as pd
 
-from lehr.reports.stage_reports import plot_curves, plot_tasks
+from lehr.reports.plots import plot_curves, plot_tasks
 from lehr.stages.params import PretrainParams
 from lehr.stages.scoring import evaluate_models
 

@@ -1,5 +1,5 @@
 """ladder_fit: the scaling law through every rung's endpoints (``lehr.reports.scaling_fit``) and its
-plot (``lehr.reports.stage_reports``)."""
+plot (``lehr.reports.plots``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 
 import matplotlib.pyplot as plt
 
+from lehr.reports.plots import plot_ladder
 from lehr.reports.scaling_fit import report
-from lehr.reports.stage_reports import plot_ladder
 from lehr.stages.ladder_params import LadderParams
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,172 @@
+"""The recipe's ingredients (issue 34; docs/recipe.md): off, each leaves the plain model and its
+records as they were (the golden losses of test_golden.py pin the bits); on, each trains the same
+on one process, under DDP and under FSDP, resumes exactly, and is refused, naming the key and the
+fix, where it cannot apply."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from lehr.config_parts import ConfigError
+from lehr.engine import optim
+from lehr.engine.artifacts.export import ExportError, export_hf, export_plain, load_export
+from lehr.engine.config import TrainConfig
+from lehr.engine.dist.launch import Launch
+from lehr.engine.memory import parameter_count
+from lehr.engine.model import INGREDIENTS, Transformer, preset
+from tests.engine import compare_runs
+from tests.engine.forked import run
+
+MODEL_ON = dict(mlp="relu2", logit_softcap=15.0, layer_scalars=True, value_embeds=True)
+MUON_ON = dict(muon_orthogonaliser="polar_express", muon_cautious_decay=True, muon_weight_decay=0.1)
+STEPS = dict(planned_steps=12, micro_batch=2, eval_every=6, ckpt_every=4)
+
+
+def all_on(tiny_config, **overrides) -> TrainConfig:
+    return tiny_config(model=preset("tiny", 512, **MODEL_ON), **MUON_ON, **STEPS, **overrides)
+
+
+def test_off_is_the_plain_model_and_its_math_hash(tiny_config):
+    """Off, no ingredient enters the model's record or the math hash: runs and checkpoints made
+    before they existed resume, and keep their names."""
+    plain = tiny_config()
+    assert plain.model.ingredients == [] and not set(INGREDIENTS) & set(plain.model.math_dict())
+    assert not {"muon_orthogonaliser", "muon_cautious_decay"} & set(plain.math_fields())
+    assert set(all_on(tiny_config).math_fields()) >= {"muon_orthogonaliser", "muon_cautious_decay"}
+
+
+@pytest.mark.parametrize("field", ["layer_scalars", "value_embeds"])
+def test_an_added_ingredient_leaves_the_plain_parameters_draws_alone(field):
+    """Its parameters are drawn last: the rest start where the plain model's do, so an ablation
+    compares like with like. Layer scalars start neutral: the same logits as without them."""
+    plain = preset("tiny", 512)
+    torch.manual_seed(0)
+    a = Transformer(plain)
+    torch.manual_seed(0)
+    b = Transformer(dataclasses.replace(plain, **{field: MODEL_ON[field]}))
+    ours = dict(b.named_parameters())
+    for name, p in a.named_parameters():
+        assert torch.equal(p, ours[name]), name
+    assert len(ours) > len(dict(a.named_parameters()))
+    if field == "layer_scalars":
+        idx = torch.randint(0, 512, (2, 16))
+        assert torch.equal(a(idx)[0], b(idx)[0])
+
+
+def test_each_ingredient_is_counted_and_bounded():
+    for field, value in MODEL_ON.items():
+        cfg = preset("tiny", 512, **{field: value})
+        model = Transformer(cfg)
+        assert parameter_count(cfg) == sum(p.numel() for p in model.parameters()), field
+        assert cfg.ingredients == [f"{field}={value}"]
+    everything = preset("tiny", 512, **MODEL_ON)
+    model = Transformer(everything)
+    assert parameter_count(everything) == sum(p.numel() for p in model.parameters())
+    # The value embeddings are looked up, not multiplied: not in the FLOPs a token costs.
+    assert model.num_parameters(non_embedding=True) == model.num_parameters() - 512 * 64 - 512 * 64
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1e4)  # logits far past the cap
+        logits, _ = model(torch.randint(0, 512, (2, 16)))
+    assert logits.abs().max() <= 15.0  # tanh saturates to 1 in fp32
+
+
+def test_polar_express_orthogonalises_and_newton_schulz_stays_torchs():
+    torch.manual_seed(0)
+    matrices = [torch.randn(64, 176), torch.randn(176, 64), torch.randn(64, 64)]
+    for m, y in zip(matrices, optim.orthogonalise(matrices, optim.ORTHOGONALISERS["polar_express"])):
+        s = torch.linalg.svdvals(y.float())
+        assert y.shape == m.shape and 0.6 < s.min() and s.max() < 1.3, s
+    default = optim.orthogonalise(matrices)
+    named = optim.orthogonalise(matrices, optim.ORTHOGONALISERS["newton_schulz"])
+    assert all(torch.equal(a, b) for a, b in zip(default, named))
+
+
+def test_cautious_decay_decays_only_where_the_update_agrees_and_never_on_a_skipped_step():
+    weight = torch.nn.Parameter(torch.tensor([[1.0, -1.0], [1.0, -1.0]]))
+    group = {"params": [weight], "algorithm": "muon", "lr": 0.1, "weight_decay": 0.5, "lr_scale": 1.0}
+
+    def step(cautious: bool, found_inf: float | None):
+        w = torch.nn.Parameter(weight.detach().clone())
+        opt = optim.MuonAdamW(
+            [{**group, "params": [w]}], lr=0.1, betas=(0.9, 0.95), momentum=0.0, cautious_decay=cautious
+        )
+        w.grad = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])  # the update's sign, once orthogonalised
+        if found_inf is not None:
+            opt.found_inf = torch.tensor(found_inf)
+        opt.step()
+        return w.detach()
+
+    update = step(False, None) - weight.detach() * (1 - 0.1 * 0.5)  # the update alone
+    cautious = step(True, None)
+    agree = (update * weight.detach()) < 0  # the step moves the weight toward zero here
+    expected = weight.detach() - torch.where(agree, 0.1 * 0.5 * weight.detach(), 0.0) + update
+    torch.testing.assert_close(cautious, expected)
+    assert agree.any() and not agree.all()
+    assert torch.equal(step(True, 1.0), weight.detach())  # a skipped step changes nothing
+
+
+def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly(
+    tiny_config, trained, tmp_path
+):
+    one = trained(all_on(tiny_config), Launch(nproc_per_node=1))
+    ddp = trained(all_on(tiny_config), Launch(nproc_per_node=2))
+    fsdp = trained(all_on(tiny_config, parallel="fsdp"), Launch(nproc_per_node=2))
+    # Two processes sum gradients in another order, which Muon's bf16 orthogonalisation can round
+    # otherwise: test_muon_fsdp.py's loss tolerance; a few of the 32k entries of a 512-token table
+    # (AdamW's steps on a rarely seen token are large) move by up to 0.025.
+    for other in (ddp, fsdp):
+        compare_runs.assert_same(one, other, exact=False, atol=5e-2, loss_atol=1e-3)
+    losses = compare_runs.losses(one)
+    assert losses[max(losses)] < losses[min(losses)] - 0.2  # it learns
+    stopped = tmp_path / "stopped"
+    run(all_on(tiny_config, out_dir=str(stopped), end_step=6), Launch(nproc_per_node=1))
+    summary = run(all_on(tiny_config, out_dir=str(stopped)), Launch(nproc_per_node=1))
+    assert summary["mode"] == "resume"
+    compare_runs.assert_same(one, stopped, exact=True)
+    state = json.loads((one / "final" / "state.json").read_text())
+    assert {k: state["config"]["model"][k] for k in MODEL_ON} == MODEL_ON
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (dict(optimizer="adamw", muon_cautious_decay=True), "muon_cautious_decay = True is Muon's"),
+        (dict(optimizer="adamw", muon_orthogonaliser="polar_express"), "is Muon's: set optimizer: muon"),
+        (dict(muon_cautious_decay=True), "decays nothing while muon_weight_decay is 0"),
+        (dict(muon_orthogonaliser="polar"), "muon_orthogonaliser = 'polar' must be one of"),
+    ],
+)
+def test_a_muon_ingredient_where_it_cannot_apply_is_refused_by_name(tiny_config, overrides, said):
+    with pytest.raises(ConfigError, match=said):
+        tiny_config(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (dict(mlp="gelu"), "model.mlp = 'gelu' must be one of swiglu, relu2"),
+        (dict(logit_softcap=-1), "model.logit_softcap = -1 must be a positive number"),
+        (dict(logit_softcap="15"), "model.logit_softcap = '15' must be a positive number"),
+        (dict(layer_scalars="yes"), "model.layer_scalars = 'yes' must be true or false"),
+        (dict(value_embeds=True, d_model=8, n_head=2, d_ff=16), "needs model.d_model >= 12"),
+    ],
+)
+def test_a_model_ingredient_out_of_range_is_refused_by_name(overrides, said):
+    with pytest.raises(ValueError, match=said):
+        preset("tiny", 512, **overrides)
+
+
+def test_a_model_with_ingredients_exports_plain_and_is_refused_as_a_transformers_class(
+    tiny_config, trained, tmp_path
+):
+    run_dir = trained(all_on(tiny_config), Launch(nproc_per_node=1))
+    with pytest.raises(ExportError, match="mlp=relu2, logit_softcap=15.0, .* export it without --hf"):
+        export_hf(run_dir / "final", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    folder = export_plain(run_dir / "final", tmp_path / "plain")
+    exported = load_export(folder, torch.device("cpu"))
+    assert exported.cfg.ingredients == Transformer(preset("tiny", 512, **MODEL_ON)).cfg.ingredients
