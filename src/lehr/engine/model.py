@@ -260,17 +260,17 @@ class Transformer(nn.Module):
         (GPT-2: keeps the residual stream's variance flat); the ingredients' own parameters last,
         so that the plain model's parameters draw the same numbers with them on as off (an
         ablation then compares like with like)."""
-        std = self.cfg.init_std
+        cfg = self.cfg
         modules = list(self.named_modules())
         for name, m in modules:
             if isinstance(m, (nn.Linear, nn.Embedding)) and not _of_an_ingredient(name):
-                nn.init.normal_(m.weight, std=std)
+                nn.init.normal_(m.weight, std=cfg.init_std)
         for name, p in self.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight")):
-                nn.init.normal_(p, std=std / math.sqrt(2 * self.cfg.n_layer))
+                nn.init.normal_(p, std=cfg.init_std / math.sqrt(2 * cfg.n_layer))
         for name, m in modules:
             if name.startswith("value_embeds."):
-                nn.init.normal_(m.weight, std=std)
+                nn.init.normal_(m.weight, std=cfg.init_std)
             elif name.endswith("ve_gate"):  # gates start a little above neutral (nanochat)
                 nn.init.uniform_(m.weight, 0.0, 0.02)
 
