@@ -174,9 +174,9 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    params = (
-        f"pretrain.run_name=two-nodes,pretrain.micro_batch=2,pretrain.launch.nnodes=2,"
-        f"pretrain.launch.rdzv_endpoint=127.0.0.1:{port},pretrain.launch.node_rank="
+    params = (  # a shorter stable phase: 36 steps at most (smoke's branch point, step 20, the earliest)
+        f"pretrain.run_name=two-nodes,pretrain.micro_batch=2,pretrain.planned_steps=40,"
+        f"pretrain.launch.nnodes=2,pretrain.launch.rdzv_endpoint=127.0.0.1:{port},pretrain.launch.node_rank="
     )
     refused = sh(
         repo, "kedro", "run", "--pipelines", "pretrain_stable", "--params", params + "1", check=False

@@ -147,8 +147,7 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     assert not list((sandbox / ".dvc/tmp/exps").rglob("mlflow.db"))
     shown = next(v for k, v in outputs.items() if k.startswith("dvc exp show"))
     assert "anneal.heldout.bpb" in shown and re.search(r"^\|.*\blinear\b.*\| \d+\.\d+", shown, re.M), shown
-    # Each queued experiment trained its own stable phase with its own value (from DVC's cache, in a
-    # temporary workspace), and DVC shows the figures of each.
+    # Each queued experiment trained its own stable phase, and DVC shows the figures of each.
     data = json.loads(sh(sandbox, "dvc", "exp", "show", "--json").stdout)
     exps = {e["name"]: e["revs"][0]["data"] for c in data for e in c.get("experiments") or [] if "name" in e}
     for name in got:

@@ -90,6 +90,9 @@ def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
     block_params = (n - embedding_count(cfg)) / cfg.n_layer
     # FSDP gathers a block (and prefetches the next) in the compute dtype, and its gradient.
     gathered = 2 * block_params * act_bytes * 2 if fsdp else 0
+    # The value embeddings live in the root unit, gathered (with their gradients) for the whole step.
+    ve_tables = embedding_count(cfg) - cfg.vocab_size * cfg.d_model
+    gathered += ve_tables * act_bytes * 2 if fsdp else 0
     s, b, h = cfg.seq_len, setup.micro_batch, cfg.d_model
     kv = cfg.kv_heads * cfg.head_dim
     # Stored for the backward, per block: norm inputs and outputs, q/k/v, attention output, the
@@ -99,7 +102,12 @@ def estimate(cfg: ModelConfig, setup: Setup) -> Estimate:
         blocks = cfg.n_layer * s * b * h * act_bytes + per_block
     else:
         blocks = cfg.n_layer * per_block
-    logits = s * b * cfg.vocab_size * (act_bytes + 4 + 4)  # logits, their fp32 copy, its gradient
+    # The ingredients' own: each value embedding looked up (fp32) and gated; the layer scalars'
+    # inputs, kept for their gradients (each block's, and the embedding once).
+    blocks += value_embed_layers(cfg) * s * b * kv * (4 + act_bytes)
+    blocks += (cfg.n_layer + 1) * s * b * h * 4 if cfg.layer_scalars else 0
+    # Logits, their fp32 copy, its gradient; a soft-cap keeps its tanh and the capped copy too.
+    logits = s * b * cfg.vocab_size * (act_bytes + 4 + 4 + (8 if cfg.logit_softcap else 0))
     return Estimate(
         parameters=4 * n / shards + gathered / 2,
         gradients=4 * n / shards + gathered / 2,

@@ -10,8 +10,9 @@ is the one above, parameter for parameter and bit for bit (``ModelConfig.ingredi
 * ``logit_softcap``: logits squashed to (-cap, cap) by cap * tanh(logits / cap) (Gemma 2;
   modded-nanogpt record #18; nanochat uses 15).
 * ``layer_scalars``: before each block, x = r_i * x + k_i * x0, with x0 the token embedding and
-  r_i, k_i learned (nanochat's resid_lambdas and x0_lambdas). They start at 1 and 0, where the
-  model is the one without them.
+  r_i, k_i learned (nanochat's resid_lambdas and x0_lambdas). Unlike nanochat's (tuned starts
+  around 1.1 and 0.2, the embedding normed, a learning rate of their own) they start at 1 and 0,
+  where the model is the one without them, and learn at ``lr`` with the other gains.
 * ``value_embeds``: on every other block (the last always), a second embedding of the tokens added
   to the attention's values through a learned per-head gate in (0, 3) (modded-nanogpt record #14,
   in nanochat's gated form).
@@ -76,13 +77,15 @@ class ModelConfig:
         cap = self.logit_softcap
         if cap is not None and not (_is_number(cap) and 0 < cap < math.inf):
             raise ValueError(f"model.logit_softcap = {cap!r} must be a positive number (15 is usual) or null")
+        if cap is not None:  # 15 and 15.0 are one setting: one math hash, one run folder
+            object.__setattr__(self, "logit_softcap", float(cap))
         for flag in ("layer_scalars", "value_embeds"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"model.{flag} = {getattr(self, flag)!r} must be true or false")
         if self.value_embeds and self.d_model < VE_GATE_CHANNELS:
             raise ValueError(
                 f"model.value_embeds needs model.d_model >= {VE_GATE_CHANNELS} (the gate reads that many "
-                f"channels); d_model is {self.d_model}"
+                f"channels); d_model is {self.d_model}: widen the model or set value_embeds: false"
             )
 
     @property
@@ -107,6 +110,12 @@ class ModelConfig:
         checkpoints existed is left out at its "not in use" value, so those checkpoints still resume."""
         absent = not_in_use(self)
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in absent}
+
+
+def _drawn_later(cls: type[nn.Module], *args, **kwargs) -> nn.Module:
+    """An ingredient's module, built without drawing a number (``_init_weights`` draws them), on
+    the device modules are built on (the meta device, for a size count)."""
+    return skip_init(cls, *args, device=torch.get_default_device(), **kwargs)
 
 
 def _of_an_ingredient(module_name: str) -> bool:
@@ -177,7 +186,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.ve_gate = (
-            skip_init(nn.Linear, VE_GATE_CHANNELS, cfg.kv_heads, bias=False) if value_embed else None
+            _drawn_later(nn.Linear, VE_GATE_CHANNELS, cfg.kv_heads, bias=False) if value_embed else None
         )
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None) -> Tensor:
@@ -247,9 +256,8 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         kv_dim = cfg.kv_heads * cfg.head_dim
         layers = [i for i in range(cfg.n_layer) if cfg.has_value_embed(i)]
-        # skip_init: an ingredient's module draws no numbers when built (``_init_weights`` draws them)
         self.value_embeds = nn.ModuleDict(
-            {str(i): skip_init(nn.Embedding, cfg.vocab_size, kv_dim) for i in layers}
+            {str(i): _drawn_later(nn.Embedding, cfg.vocab_size, kv_dim) for i in layers}
         )
         self.resid_scales = nn.Parameter(torch.ones(cfg.n_layer)) if cfg.layer_scalars else None
         self.x0_scales = nn.Parameter(torch.zeros(cfg.n_layer)) if cfg.layer_scalars else None
