@@ -4,9 +4,11 @@ no earlier artifact changed. docs/reliability.md's bad-input table lists the sam
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
+from lehr.engine.artifacts.state import State
 from tests.e2e import dir_hash, sh
 
 pytestmark = pytest.mark.slow
@@ -78,8 +80,7 @@ CASES = [
 def test_bad_param_is_refused_and_nothing_changes(repo, name, pipeline, params, message):
     before = snapshot(repo)
     if name == "config drift on resume":  # the smoke run's own stable run, asked to go on changed
-        runs = repo / "data/06_models/stable_run"
-        (run,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
+        run = Path(State.read(repo / "data/06_models/pre_anneal").out_dir).name
         params = [*params, f"pretrain.run_name={run}"]
     out = kedro(repo, pipeline, *params)
     assert out.returncode != 0, out.stderr[-2000:]

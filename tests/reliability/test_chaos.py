@@ -160,7 +160,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     def job(name: str) -> Path:
         cfg = tiny_config(
             out_dir=str(tmp_path / name),
-            planned_steps=240,
+            planned_steps=120,
             micro_batch=2,
             ckpt_every=20,
             eval_every=1000,
@@ -206,7 +206,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-12000:]
     summary = json.loads((tmp_path / "killed.sum").read_text())
-    assert summary["mode"] == "resume" and summary["step"] == 240
+    assert summary["mode"] == "resume" and summary["step"] == 120
     assert same_weights(
         tmp_path / "straight" / "final" / "model.safetensors",
         tmp_path / "killed" / "final" / "model.safetensors",

@@ -19,16 +19,17 @@ from safetensors.torch import load_file
 
 from lehr.files import locks
 from tests import faults
-from tests.e2e import env, make_repo, sh
+from tests.e2e import env, sh
 
 pytestmark = pytest.mark.slow
 STABLE = ["kedro", "run", "--pipelines", "pretrain_stable", "--env", "smoke"]
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, corpus_dir):
-    path = make_repo(tmp_path_factory.mktemp("ops") / "repo", corpus_dir)
-    sh(path, "dvc", "repro", "shard")
+def repo(tmp_path_factory, smoke_repo):
+    """A copy of the session's finished smoke run: shards to train on, and runs to run beside."""
+    path = tmp_path_factory.mktemp("ops") / "repo"
+    shutil.copytree(smoke_repo, path, symlinks=True)
     return path
 
 
@@ -101,7 +102,6 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
 
 
 def test_a_second_run_of_a_live_branch_is_refused(repo):
-    sh(repo, *STABLE)
     anneal = ["kedro", "run", "--pipelines", "anneal", "--env", "smoke", "--params"]
     first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear", slow=True)
     wait_for(lambda: live_folder(repo / "data/06_models/anneal_runs") is not None, first)
