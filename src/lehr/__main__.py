@@ -90,6 +90,17 @@ def _branches(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ingredients(state: dict) -> list[str]:
+    """The recipe's ingredients a checkpoint was trained with (a record leaves out those off)."""
+    from lehr.engine.config import MUON_INGREDIENTS
+    from lehr.engine.model import INGREDIENTS
+
+    model, math = state["config"]["model"], state.get("config_math", {})
+    return [f"{k}={model[k]}" for k in INGREDIENTS if k in model] + [
+        f"{k}={math[k]}" for k in MUON_INGREDIENTS if k in math
+    ]
+
+
 def _info(args: argparse.Namespace) -> int:
     from lehr.engine.artifacts.checkpoint import verify
 
@@ -113,6 +124,7 @@ def _info(args: argparse.Namespace) -> int:
             f"{k} {v}" for k, v in state.get("versions", {"torch": state["torch"]}).items()
         ),
         "anneal start": f"{prog.get('anneal_start')} ({prog.get('anneal_reason')})",
+        "ingredients": ", ".join(_ingredients(state)) or "none (docs/recipe.md)",
     }
     from lehr import versions
 

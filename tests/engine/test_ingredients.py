@@ -10,14 +10,18 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import save_model
 
+from lehr.__main__ import main
 from lehr.config_parts import ConfigError
 from lehr.engine import optim
+from lehr.engine.artifacts.checkpoint import CheckpointError, load_weights
 from lehr.engine.artifacts.export import ExportError, export_hf, export_plain, load_export
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist.launch import Launch
 from lehr.engine.memory import Setup, estimate, parameter_count
 from lehr.engine.model import INGREDIENTS, Transformer, preset
+from lehr.engine.run.loop import train
 from tests.engine import compare_runs
 from tests.engine.forked import run
 
@@ -181,7 +185,8 @@ def test_a_muon_ingredient_where_it_cannot_apply_is_refused_by_name(tiny_config,
         (dict(logit_softcap=-1), "model.logit_softcap = -1 must be a positive number"),
         (dict(logit_softcap="15"), "model.logit_softcap = '15' must be a positive number"),
         (dict(layer_scalars="yes"), "model.layer_scalars = 'yes' must be true or false"),
-        (dict(value_embeds=True, d_model=8, n_head=2, d_ff=16), "needs model.d_model >= 12"),
+        (dict(value_embeds=True, d_model=8, n_head=2, d_ff=16), "needs model.d_model >= 12.*widen"),
+        (dict(value_embed=True), r"unknown model field\(s\) value_embed \(did you mean value_embeds\?\)"),
     ],
 )
 def test_a_model_ingredient_out_of_range_is_refused_by_name(overrides, said):
@@ -199,3 +204,43 @@ def test_a_model_with_ingredients_exports_plain_and_is_refused_as_a_transformers
     folder = export_plain(run_dir / "final", tmp_path / "plain")
     exported = load_export(folder, torch.device("cpu"))
     assert exported.cfg.ingredients == Transformer(preset("tiny", 512, **MODEL_ON)).cfg.ingredients
+
+
+def test_a_branch_is_refused_another_model_and_told_of_another_optimizer(
+    tiny_config, trained, tmp_path, caplog
+):
+    """A branch builds its model and optimizer from the pretrain params as they are now: a model
+    other than its origin's is refused, naming each field and the fix (the weights would not load);
+    an optimizer other than its origin's trains, and the log says what changed."""
+    origin = trained(all_on(tiny_config), Launch(nproc_per_node=1)) / "final"
+    longer = {**STEPS, "planned_steps": 16, "init_from": str(origin)}
+    plain = tiny_config(out_dir=str(tmp_path / "plain"), **longer)
+    with pytest.raises(CheckpointError) as refused:
+        train(plain)
+    said = str(refused.value)
+    assert "model.layer_scalars (True there, off here)" in said
+    assert "model.mlp (relu2 there, off here)" in said
+    assert "give it the stable run's pretrain.model.overrides" in said
+    other = tiny_config(model=preset("tiny", 512, **MODEL_ON), out_dir=str(tmp_path / "other"), **longer)
+    with caplog.at_level("WARNING", logger="lehr.train"):
+        assert train(other)["mode"] == "branch"
+    told = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "muon_orthogonaliser off (origin: polar_express)" in told, told
+    assert "muon_cautious_decay off (origin: True)" in told
+
+
+def test_weights_of_another_shape_are_refused_naming_the_fix(tmp_path):
+    save_model(Transformer(preset("tiny", 512, mlp="relu2")), str(tmp_path / "model.safetensors"))
+    said = r"another model shape \(missing \['blocks.0.mlp.gate_proj.weight'.*trained with"
+    with pytest.raises(CheckpointError, match=said):
+        load_weights(tmp_path, Transformer(preset("tiny", 512)))
+
+
+def test_lehr_info_names_the_ingredients_a_checkpoint_was_trained_with(tiny_config, trained, capsys):
+    run_dir = trained(all_on(tiny_config), Launch(nproc_per_node=1))
+    assert main(["info", str(run_dir / "final")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ingredients"))
+    assert line.split(None, 1)[1].strip() == (
+        "mlp=relu2, logit_softcap=15.0, layer_scalars=True, value_embeds=True, "
+        "muon_orthogonaliser=polar_express, muon_cautious_decay=True"
+    )

@@ -58,6 +58,9 @@ class ScheduleConfig(Part):
         require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
 
 
+MUON_INGREDIENTS = ("muon_orthogonaliser", "muon_cautious_decay")  # docs/recipe.md
+
+
 def _under_muon(cfg: OptimizerConfig) -> bool:
     return cfg.optimizer == "muon"
 
@@ -92,8 +95,7 @@ class OptimizerConfig(Part):
     def muon_ingredients(self) -> list[str]:
         """Muon's ingredients in use, as ``field=value``."""
         unused = not_in_use(self)
-        keys = ("muon_orthogonaliser", "muon_cautious_decay")
-        return [f"{k}={getattr(self, k)}" for k in keys if k not in unused]
+        return [f"{k}={getattr(self, k)}" for k in MUON_INGREDIENTS if k not in unused]
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")

@@ -21,6 +21,7 @@ is the one above, parameter for parameter and bit for bit (``ModelConfig.ingredi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -142,9 +143,14 @@ PRESETS: dict[str, dict] = {
 def preset(name: str, vocab_size: int, **overrides) -> ModelConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
-    unknown = set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)}
+    fields = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
+    unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(f"unknown model field(s) {', '.join(sorted(unknown))}")
+        close = [m for name in unknown for m in difflib.get_close_matches(name, fields, n=1, cutoff=0.75)]
+        guess = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(
+            f"unknown model field(s) {', '.join(unknown)}{guess}; the fields are: {', '.join(fields)}"
+        )
     return ModelConfig(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
 
 

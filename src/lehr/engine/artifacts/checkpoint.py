@@ -152,8 +152,8 @@ def load_weights(path: Path, model: torch.nn.Module) -> None:
         ) from None
     if missing or unexpected:
         raise CheckpointError(
-            f"{path} holds weights of another model shape (missing {missing[:3]}, unexpected "
-            f"{unexpected[:3]})"
+            f"{path} holds weights of another model shape (missing {sorted(missing)[:3]}, unexpected "
+            f"{sorted(unexpected)[:3]}): load it with the model config it was trained with"
         )
 
 

@@ -5,6 +5,7 @@ checkpoint was made under something else."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from lehr import versions
 from lehr.engine import fp8, optim
 from lehr.engine.artifacts import checkpoint, code_identity, sharded_checkpoint
 from lehr.engine.batches import ShardSet, TrainStream
-from lehr.engine.config import TrainConfig, math_diff
+from lehr.engine.config import OptimizerConfig, TrainConfig, math_diff
 from lehr.engine.dist import parallel
 from lehr.engine.dist.distributed import Dist
 from lehr.engine.hardware import Hardware
@@ -69,6 +70,12 @@ def start(
         prog = Progress.from_state(state["progress"])
     elif mode == "branch":
         _check_branchable(path, state, cfg, shards)
+        if (changes := optimizer_changes(state, cfg)) and dist.is_main:
+            log.warning(
+                "this branch's optimizer differs from its origin's: %s (pass the stable run's "
+                "pretrain params to keep them)",
+                ", ".join(changes),
+            )
         _restore(path, state, trainee, cfg, dist, with_optimizer=cfg.init_optimizer)
         checkpoint.seed_all(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
         prog = Progress(
@@ -153,8 +160,13 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
 
 
 def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet) -> None:
+    # A field a record leaves out is at its "not in use" value: compared over both records' fields.
     theirs, ours = state["config"]["model"], cfg.to_dict()["model"]
-    differ = [f"model.{k}" for k in sorted(ours) if theirs.get(k) != ours[k]]
+    differ = [
+        f"model.{k} ({theirs.get(k, 'off')} there, {ours.get(k, 'off')} here)"
+        for k in sorted(set(theirs) | set(ours))
+        if theirs.get(k) != ours.get(k)
+    ]
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         differ.append("tokenizer")
     made_with = state["config"].get("optimizer", "adamw")  # checkpoints before Muon: AdamW
@@ -166,9 +178,23 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
         )
     if differ:
         raise checkpoint.CheckpointError(
-            f"refusing to branch from {path}: it was made with another {', '.join(differ)}. Re-run the "
-            f"pretrain_stable stage with the current tokenizer and model config."
+            f"refusing to branch from {path}: it was made with another {', '.join(differ)}. A branch "
+            f"builds its model from the pretrain params: give it the stable run's "
+            f"pretrain.model.overrides (and tokenizer), or re-run the pretrain_stable stage."
         )
+
+
+def optimizer_changes(state: dict, cfg: TrainConfig) -> list[str]:
+    """The optimizer's math settings a branch trains with that its origin was not trained with
+    (a branch reads the pretrain params as they are now: a stable phase run by hand with other
+    ``--params`` is not what they say)."""
+    theirs, ours = state.get("config_math", {}), cfg.math_fields()
+    keys = [f.name for f in dataclasses.fields(OptimizerConfig)]
+    return [
+        f"{k} {ours.get(k, 'off')} (origin: {theirs.get(k, 'off')})"
+        for k in keys
+        if "config_math" in state and theirs.get(k) != ours.get(k)
+    ]
 
 
 def _restore(
