@@ -16,6 +16,7 @@ from lehr.engine.artifacts import checkpoint
 from lehr.engine.artifacts.checkpoint import CheckpointError, Rolling
 from lehr.engine.model import Transformer, preset
 from lehr.engine.run.loop import train
+from lehr.files import atomic
 
 
 def _save(rolling: Rolling, step: int, model: torch.nn.Module) -> Path:
@@ -35,6 +36,14 @@ def test_rolling_keeps_last_k_and_points_at_the_newest(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_00000020", "step_00000030"]
     path, state = rolling.latest_valid()
     assert path.name == "step_00000030" and state["progress"]["step"] == 30
+
+
+def test_a_checkpoints_files_take_the_mode_the_umask_gives(tmp_path):
+    """safetensors writes 0600 whatever the umask: the weights were unreadable to the others
+    sharing a machine or a DVC cache while every other file of the checkpoint was readable."""
+    path = _save(Rolling(tmp_path, keep_last=2), 10, Transformer(preset("tiny", 64)))
+    modes = {f.name: f.stat().st_mode & 0o777 for f in path.iterdir() if f.is_file()}
+    assert modes["model.safetensors"] == modes["state.json"] == 0o666 & ~atomic._UMASK, modes
 
 
 def test_truncated_latest_falls_back_to_previous_with_a_warning(tmp_path, caplog):

@@ -202,6 +202,8 @@ def test_a_model_with_ingredients_exports_plain_and_is_refused_as_a_transformers
         export_hf(run_dir / "final", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
     folder = export_plain(run_dir / "final", tmp_path / "plain")
+    modes = {f.stat().st_mode & 0o777 for f in folder.iterdir()}
+    assert len(modes) == 1, modes  # the weights as readable as the config and the tokenizer
     exported = load_export(folder, torch.device("cpu"))
     assert exported.cfg.ingredients == Transformer(preset("tiny", 512, **MODEL_ON)).cfg.ingredients
 

@@ -18,6 +18,15 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 _LEFTOVER = re.compile(r"^\.(tmp|old)-(.+)-(\d+)$")
+# The process's umask, read once at import (setting it to read it is not safe beside other threads).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def as_umask_allows(path: str | Path) -> None:
+    """Give a file the mode every other file gets: safetensors writes its files 0600 whatever the
+    umask, so a checkpoint or an export was unreadable to the others sharing a machine or a DVC cache."""
+    os.chmod(path, 0o666 & ~_UMASK)
 
 
 def is_leftover(name: str) -> bool:

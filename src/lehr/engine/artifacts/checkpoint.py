@@ -26,7 +26,15 @@ from safetensors.torch import load_model, save_model
 
 from lehr.engine.artifacts.state import STATE, STATE_SHA
 from lehr.errors import Explained
-from lehr.files.atomic import new_staging, recover, replace_dir, sha256_file, sibling, write_text_atomic
+from lehr.files.atomic import (
+    as_umask_allows,
+    new_staging,
+    recover,
+    replace_dir,
+    sha256_file,
+    sibling,
+    write_text_atomic,
+)
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # 2: state.json carries a checksum beside it
@@ -77,6 +85,7 @@ def write(
     with written_or_nothing(target):
         tmp = new_staging(target)
         save_model(model, str(tmp / "model.safetensors"))
+        as_umask_allows(tmp / "model.safetensors")
         torch.save(optimizer_state, tmp / "optimizer.pt")
         commit(tmp, target, state, rng_per_rank)
     return target

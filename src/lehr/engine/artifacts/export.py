@@ -19,7 +19,7 @@ from lehr.engine.artifacts.checkpoint import load_weights, verify, written_or_no
 from lehr.engine.artifacts.state import STATE, State, is_checkpoint
 from lehr.engine.evals.evaluation import load_model
 from lehr.engine.model import INGREDIENTS, ModelConfig, Transformer
-from lehr.files.atomic import sha256_file, staged_dir
+from lehr.files.atomic import as_umask_allows, sha256_file, staged_dir
 from lehr.tokens import ENDOFTEXT
 
 
@@ -95,6 +95,7 @@ def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
     if model.cfg.tie_embeddings:
         state.pop("lm_head.weight")
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt", "lehr": "1"})
+    as_umask_allows(out / "model.safetensors")
     (out / "config.json").write_text(json.dumps(plain_config(model.cfg), indent=1))
     shutil.copy2(tokenizer, out / "tokenizer.json")
 
