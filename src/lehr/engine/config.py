@@ -105,12 +105,13 @@ class OptimizerConfig(Part):
         require(self.muon_lr > 0, "muon_lr", self.muon_lr, "must be positive (e.g. 0.02)")
         require(self.muon_weight_decay >= 0, "muon_weight_decay", self.muon_weight_decay, "must be >= 0")
         require(self.z_loss >= 0, "z_loss", self.z_loss, "must be >= 0 (0 = off; 1e-4 is usual)")
-        for key, off in (("muon_orthogonaliser", "newton_schulz"), ("muon_cautious_decay", False)):
+        off = {f.name: f.metadata["off"] for f in dataclasses.fields(self) if f.name in MUON_INGREDIENTS}
+        for key in MUON_INGREDIENTS:
             require(
-                getattr(self, key) == off or self.optimizer == "muon",
+                getattr(self, key) == off[key] or self.optimizer == "muon",
                 key,
                 getattr(self, key),
-                f"is Muon's: set optimizer: muon, or leave it at {off!r}",
+                f"is Muon's: set optimizer: muon, or leave it at {off[key]!r}",
             )
         require(
             not self.muon_cautious_decay or self.muon_weight_decay > 0,

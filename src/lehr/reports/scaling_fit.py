@@ -75,11 +75,10 @@ def _objective(
     terms = np.stack([a - alpha * log_n, b - beta * log_d, np.full_like(log_n, e)])
     pred = logsumexp(terms, axis=0)
     r = pred - log_l
-    weights = np.exp(terms - pred)  # d pred / d (a, b, e): each term's share of the sum
+    w = np.exp(terms - pred)  # d pred / d (a, b, e): each term's share of the sum
+    d_pred = np.stack([w[0], w[1], w[2], -w[0] * log_n, -w[1] * log_d])  # ... and d (alpha, beta)
     slope = np.clip(r, -HUBER_DELTA, HUBER_DELTA)  # Huber's derivative
-    grad = weights @ slope
-    grad = np.array([grad[0], grad[1], grad[2], -(weights[0] * log_n) @ slope, -(weights[1] * log_d) @ slope])
-    return float(huber(HUBER_DELTA, r).sum() * scale), grad * scale
+    return float(huber(HUBER_DELTA, r).sum() * scale), (d_pred @ slope) * scale
 
 
 def fit(n: np.ndarray, d: np.ndarray, loss: np.ndarray, starts: dict = GRID) -> Law:

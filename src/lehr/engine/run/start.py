@@ -164,8 +164,7 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
     theirs, ours = state["config"]["model"], cfg.to_dict()["model"]
     differ = [
         f"model.{k} ({theirs.get(k, 'off')} there, {ours.get(k, 'off')} here)"
-        for k in sorted(set(theirs) | set(ours))
-        if theirs.get(k) != ours.get(k)
+        for k in math_diff(theirs, ours)
     ]
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         differ.append("tokenizer")
@@ -188,13 +187,12 @@ def optimizer_changes(state: dict, cfg: TrainConfig) -> list[str]:
     """The optimizer's math settings a branch trains with that its origin was not trained with
     (a branch reads the pretrain params as they are now: a stable phase run by hand with other
     ``--params`` is not what they say)."""
-    theirs, ours = state.get("config_math", {}), cfg.math_fields()
-    keys = [f.name for f in dataclasses.fields(OptimizerConfig)]
-    return [
-        f"{k} {ours.get(k, 'off')} (origin: {theirs.get(k, 'off')})"
-        for k in keys
-        if "config_math" in state and theirs.get(k) != ours.get(k)
-    ]
+    if "config_math" not in state:  # checkpoints before it was recorded
+        return []
+    theirs, ours = state["config_math"], cfg.math_fields()
+    keys = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    changed = [k for k in math_diff(theirs, ours) if k in keys]
+    return [f"{k} {ours.get(k, 'off')} (origin: {theirs.get(k, 'off')})" for k in changed]
 
 
 def _restore(
