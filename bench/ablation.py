@@ -1,14 +1,26 @@
-"""The recipe ablation: each option of the training recipe against the AdamW recipe it replaced,
-on the default run (same data, tokens and seed), as DVC experiments; then their table.
+"""The recipe's evidence, as DVC experiments on the default run, and its tables.
+
+The ledger (issue 34; lehr.reports.ledger): the default at a few seeds gives the noise floor, and
+each ingredient alone at the same seeds is compared with the default of its seed (paired 95%
+interval over the same held-out windows, tok/s against the default's):
+
+    python bench/ablation.py noise --seeds 0 1 2     # the default at each seed
+    python bench/ablation.py ledger --seeds 0 1      # each ingredient (or those named) at each seed
+    dvc queue start -j 1                             # one at a time: wall time and tok/s stay comparable
+    python bench/ablation.py ledger-table            # the noise floor and a row per ingredient
+    python bench/ablation.py combine relu2 normuon --seeds 0 1   # the winners together, then the table again
+
+The history (docs/recipe.md's first table): each option of the recipe against the AdamW recipe it
+replaced, on the default run of its day (same data, tokens and seed):
 
     python bench/ablation.py queue        # one `dvc exp run --queue -n <name> -S ...` per row
-    dvc queue start -j 1                  # one at a time: wall time and tok/s stay comparable
     python bench/ablation.py table        # the markdown table of docs/recipe.md, from the exp refs
 
-Each row sets every key that any row changes explicitly (BASE below), so the rows mean the same
-whatever the shipped default is. The table reads each experiment's committed reports
-(data/08_reporting) from its git ref, so it needs no workspace checkout, and its wall time and
-tok/s from the project's MLflow store (no versioned file holds a clock reading).
+Each history row sets every key that any row changes explicitly (BASE below), so the rows mean the
+same whatever the shipped default is; a ledger run changes only its ingredient and its seed, so it
+is relative to the commit it is queued on. The tables read each experiment's committed reports
+(data/08_reporting) from its git ref, so they need no workspace checkout, and wall time and tok/s
+from the project's MLflow store (no versioned file holds a clock reading).
 """
 
 from __future__ import annotations
@@ -20,6 +32,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from lehr.project.experiment_refs import experiments_of, git
+from lehr.project.experiments import figures
+from lehr.reports.comparison import Scored
+from lehr.reports.ledger import check_seeds, effect, noise_floor, seed_settings, verdict
 
 FILES = {"pretrain": "conf/base/parameters_pretrain_stable.yml", "anneal": "conf/base/parameters_anneal.yml"}
 MODEL = "++pretrain.model.overrides"  # Hydra's ++ adds the key or sets it
@@ -130,6 +147,115 @@ ROWS = {
         {**NEXT, f"{MODEL}.d_model": 320, f"{MODEL}.n_head": 5, f"{MODEL}.d_ff": 864},
     ),
 }
+# -- the ledger -------------------------------------------------------------------------------------
+# name -> (what it is, its source, its settings on the default run); docs/recipe.md says each.
+INGREDIENTS = {
+    "value-embeds": (
+        "value embeddings on alternate blocks",
+        "modded-nanogpt #14; nanochat",
+        {f"{MODEL}.value_embeds": "true"},
+    ),
+    "layer-scalars": ("learned residual and x0 scalars", "nanochat", {f"{MODEL}.layer_scalars": "true"}),
+    # Two matrices where SwiGLU has three: d_ff 688 x 1.5 keeps the parameter count.
+    "relu2": (
+        "ReLU² MLP at SwiGLU's size (d_ff 1032)",
+        "modded-nanogpt #5; nanochat",
+        {f"{MODEL}.mlp": "relu2", f"{MODEL}.d_ff": 1032},
+    ),
+    "softcap": ("logits soft-capped at 15", "Gemma 2; modded-nanogpt #18", {f"{MODEL}.logit_softcap": 15}),
+    "muon-decay": ("Muon weight decay 0.1", "nanochat", {"pretrain.muon_weight_decay": 0.1}),
+    "cautious-decay": (
+        "Muon weight decay 0.1, cautious",
+        "arXiv 2510.12402; nanochat",
+        {"pretrain.muon_weight_decay": 0.1, "pretrain.muon_cautious_decay": "true"},
+    ),
+    "polar-express": (
+        "Polar Express orthogonalisation",
+        "arXiv 2505.16932; nanochat",
+        {"pretrain.muon_orthogonaliser": "polar_express"},
+    ),
+    "normuon": ("NorMuon, beta2 0.95", "arXiv 2510.05491; nanochat", {"pretrain.muon_normuon_beta2": 0.95}),
+}
+DEFAULT, COMBINED = "default", "combined"
+
+
+def ledger_runs(names: list[str], seeds: list[int]) -> dict[str, dict]:
+    """Experiment name -> its settings: each of ``names`` (the default, an ingredient, or the
+    combination of ingredients joined by +) at each seed."""
+    check_seeds(seeds)
+    out = {}
+    for name in names:
+        parts = [] if name == DEFAULT else name.split("+")
+        unknown = [p for p in parts if p not in INGREDIENTS]
+        if unknown:
+            sys.exit(f"unknown ingredient(s) {', '.join(unknown)}: choose from {', '.join(INGREDIENTS)}")
+        settings = {k: v for p in parts for k, v in INGREDIENTS[p][2].items()}
+        label = COMBINED if len(parts) > 1 else name
+        for seed in seeds:
+            out[f"l-{label}-s{seed}"] = {**settings, **seed_settings(seed)}
+    return out
+
+
+def set_args(settings: dict) -> list[str]:
+    """``-S file:key=value`` for each setting, in the file of its top-level key."""
+    return [a for k, v in settings.items() for a in ("-S", f"{FILES[k.lstrip('+').split('.')[0]]}:{k}={v}")]
+
+
+def queue_ledger(runs: dict[str, dict]) -> None:
+    """Each run queued through ``lehr exp``, which checks every value as the stages would first."""
+    for name, settings in runs.items():
+        cmd = [sys.executable, "-m", "lehr", "exp", "--queue", "-n", name, *set_args(settings)]
+        subprocess.run(cmd, check=True)
+
+
+def ledger_table(project: Path) -> str:
+    """The noise floor, then a row per ingredient (and the combination), from the experiments of
+    the commit checked out."""
+    runs: dict[str, dict[int, tuple[dict, Scored]]] = {}
+    for name, sha in experiments_of(project, git(project, "rev-parse", "HEAD").strip()):
+        label, _, seed = name.removeprefix("l-").rpartition("-s")
+        metrics, items = figures(project, sha)
+        if name.startswith("l-") and seed.isdigit() and metrics and items:
+            runs.setdefault(label, {})[int(seed)] = (metrics, Scored.from_record(items))
+    defaults = runs.pop(DEFAULT, {})
+    floor = noise_floor(
+        {s: scored for s, (_, scored) in defaults.items()},
+        {s: m["anneal"]["heldout"]["bpb"] for s, (m, _) in defaults.items()},
+    )
+    lines = [
+        f"Noise floor: the default at seeds {', '.join(map(str, floor.bpb))}: held-out bits per byte "
+        + ", ".join(f"{b:.4f}" for b in floor.bpb.values())
+        + f" (sd {floor.spread:.4f}); the largest paired difference of two seeds {floor.floor:.4f}",
+        "",
+        "| seeds | B - A [95%] |",
+        "| --- | --- |",
+        *(
+            f"| {i} vs {j} | {p['diff']:+.4f} [{p['lo']:+.4f}, {p['hi']:+.4f}] |"
+            for (i, j), p in floor.pairs.items()
+        ),
+        "",
+        "| ingredient | source | seeds | held-out bpb - default [95%] | verdict | tok/s vs default |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    base_speed = _speed(DEFAULT, list(defaults))
+    for label, seeded in runs.items():
+        e = effect({s: sc for s, (_, sc) in defaults.items()}, {s: sc for s, (_, sc) in seeded.items()})
+        what, source = INGREDIENTS[label][:2] if label in INGREDIENTS else ("the winners together", "")
+        speed = _speed(label, e["seeds"])
+        ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (not in this MLflow store)"
+        lines.append(
+            f"| {what} | {source} | {', '.join(map(str, e['seeds']))} | "
+            f"{e['diff']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}] | {verdict(e, floor.floor)} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def _speed(label: str, seeds: list[int]) -> float | None:
+    """The mean training tok/s of the stable phases of ``label``'s runs at ``seeds``."""
+    clocks = [timing(f"l-{label}-s{s}", "pretrain_stable") for s in seeds]
+    return sum(c["tok_per_s"] for c in clocks) / len(clocks) if clocks and all(clocks) else None
+
+
 REPORTS = "data/08_reporting"
 # r-baseline's final held-out bits per byte on the curves' measure (2026-11-30), for checkouts
 # that do not hold its experiment ref (experiment refs stay in the repository that ran them).
@@ -234,13 +360,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=["queue", "table"])
-    parser.add_argument("names", nargs="*", default=list(ROWS), help="rows (default: all)")
+    parser.add_argument("action", choices=["noise", "ledger", "combine", "ledger-table", "queue", "table"])
+    parser.add_argument(
+        "names", nargs="*", help="ingredients (ledger, combine) or history rows (queue, table)"
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, help="noise: 0 1 2; ledger and combine: 0 1")
+    parser.add_argument("--dry-run", action="store_true", help="print the experiments, queue nothing")
     args = parser.parse_args()
-    if args.action == "queue":
-        queue(args.names)
+    if args.action in ("noise", "ledger", "combine"):
+        seeds = args.seeds or ([0, 1, 2] if args.action == "noise" else [0, 1])
+        names = {
+            "noise": [DEFAULT],
+            "ledger": args.names or list(INGREDIENTS),
+            "combine": ["+".join(args.names)],
+        }
+        try:
+            runs = ledger_runs(names[args.action], seeds)
+        except ValueError as e:
+            sys.exit(f"ablation: error: {e}")
+        if args.dry_run:
+            print("\n".join(f"{name}: {' '.join(set_args(settings))}" for name, settings in runs.items()))
+        else:
+            queue_ledger(runs)
+    elif args.action == "ledger-table":
+        print(ledger_table(Path.cwd()))
+    elif args.action == "queue":
+        queue(args.names or list(ROWS))
     else:
-        print(table(args.names))
+        print(table(args.names or list(ROWS)))
 
 
 if __name__ == "__main__":

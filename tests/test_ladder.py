@@ -14,10 +14,11 @@ from kedro.config import OmegaConfigLoader
 from lehr.__main__ import main
 from lehr.catalog import ShardsDataset
 from lehr.config_parts import from_mapping
-from lehr.reports.plots import plot_ladder
-from lehr.reports.scaling_fit import GRID, FitError, Law, fit, report
+from lehr.engine.model import preset
+from lehr.pipelines.ladder_fit.nodes import fit_ladder
+from lehr.reports.scaling_fit import GRID, FitError, Law, fit
 from lehr.stages.ladder_params import LadderParams
-from lehr.stages.ladder_rungs import rung_params, train_rung
+from lehr.stages.ladder_rungs import family_gaps, rung_params, train_rung
 from lehr.stages.params import AnnealParams, PretrainParams
 from tests import ROOT
 
@@ -47,7 +48,7 @@ def recipe():
     )
 
 
-def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp_path):
+def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp_path, capsys):
     pretrain, anneal = recipe
     pretrain = dataclasses.replace(pretrain, eval_every=10, task_examples=0, sample_tokens=0, eval_windows=4)
     ladder = from_mapping(LadderParams, MICRO, "ladder")
@@ -63,10 +64,10 @@ def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp
     again = train_rung(pretrain, anneal, ladder, 1, shards, tmp_path / "rung-1", {})
     assert again == rungs[0]
 
-    fitted = report(rungs, ladder.flop_budgets, ladder.bootstrap)
+    fitted, _ = fit_ladder(dict(zip(ladder.sizes, rungs)), ladder)
     assert fitted["status"] == "fitted" and len(fitted["points"]) == 6
+    assert fitted["family"] == {"shape": MICRO["shape"], "depths": [1, 2, 3], "decay_ratio": 0.5}
     assert fitted["holdout"]["status"].startswith("not fitted")  # 4 endpoints left: too few to fit
-    plot_ladder(fitted)
     path = tmp_path / "ladder.json"
     path.write_text(json.dumps(fitted))
     big = rungs[-1]["endpoints"][-1]
@@ -85,6 +86,42 @@ def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp
         )
         == 0
     )
+    # A rung's own endpoint, asked for by its checkpoint: its figure beside the prediction, and no
+    # note of another shape (it is of the family).
+    capsys.readouterr()
+    member = next(
+        f.parent
+        for f in sorted((tmp_path / "rung-3").rglob("state.json"))
+        if json.loads(f.read_text())["progress"]["tokens"] == big["tokens"] and f.parent.name == "final"
+    )
+    assert main(["ladder", "predict", "--checkpoint", str(member), "--fit", str(path)]) == 0
+    said = capsys.readouterr().out
+    assert f"{member} itself: {big['bpb']:.4f} bits/byte" in said and "across shapes" not in said
+
+
+def test_a_model_outside_the_ladders_family_is_said_to_be_an_extrapolation():
+    """The default run against the committed ladder's family (width 32 x depth, cooldowns of 20%):
+    three blocks of width 256 and a 280-step anneal after 490 are named, each; a rung is not."""
+    ladder = from_mapping(
+        LadderParams,
+        {
+            **MICRO,
+            "sizes": [2, 3, 4, 5],
+            "shape": {"preset": "cpu-demo", "aspect_ratio": 32, "head_dim": 32, "seq_len": 256},
+            "decay_ratio": 0.2,
+        },
+        "ladder",
+    )
+    family = ladder.family()
+    rung = preset("cpu-demo", 4096, **ladder.shape.of(3)).math_dict()
+    assert family_gaps(family, rung, (100, 20)) == []
+    default = preset("cpu-demo", 4096).math_dict()
+    gaps = family_gaps(family, default, (490, 280))
+    assert any(g.startswith("d_model 256 where the family's model of depth 3 has 96") for g in gaps), gaps
+    assert any(g.startswith("d_ff 688") for g in gaps) and any(g.startswith("n_head 4 ") for g in gaps)
+    assert "an anneal of 280 steps after 490 (0.57 of them) where each rung cools down 0.2" in gaps[-1]
+    deep = preset("cpu-demo", 4096, **ladder.shape.of(7)).math_dict()
+    assert family_gaps(family, deep) == ["depth 7, outside the rungs' 2 to 5"]
 
 
 def test_a_law_fitted_to_its_own_values_comes_back():

@@ -254,11 +254,19 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _ladder(args: argparse.Namespace) -> int:
     from lehr.reports.scaling_fit import predict
+    from lehr.stages.ladder_rungs import family_gaps
 
     path = Path(args.fit)
     if not path.is_file():
         raise FileNotFoundError(f"no ladder fit at {path}: run `make ladder` first (docs/ladder.md)")
-    r = predict(json.loads(path.read_text()), args.params, args.tokens)
+    if (args.checkpoint is None) == (args.params is None or args.tokens is None) or (
+        args.checkpoint and (args.params or args.tokens)
+    ):
+        raise ValueError("give --params N and --tokens D, or --checkpoint PATH (a trained model), not both")
+    fitted = json.loads(path.read_text())
+    run = _trained(Path(args.checkpoint)) if args.checkpoint else None
+    n, d = (run["n_params"], run["tokens"]) if run else (args.params, args.tokens)
+    r = predict(fitted, n, d)
     loss = f"{r['loss']:.4f} nats/token"
     bpb = f"{r['bpb']:.4f} bits/byte"
     if "loss_interval" in r:
@@ -268,10 +276,13 @@ def _ladder(args: argparse.Namespace) -> int:
     def count(x: float) -> str:
         return f"{x:,.0f}" if x < 1e15 else f"{x:.3g}"
 
-    print(
-        f"{count(args.params)} parameters, {count(args.tokens)} tokens: held-out loss {loss}, {bpb} "
-        "(95% interval)"
-    )
+    print(f"{count(n)} parameters, {count(d)} tokens: held-out loss {loss}, {bpb} (95% interval)")
+    if run and run["bpb"] is not None:
+        inside = "bpb_interval" in r and r["bpb_interval"][0] <= run["bpb"] <= r["bpb_interval"][1]
+        print(
+            f"{args.checkpoint} itself: {run['bpb']:.4f} bits/byte at its last eval; the prediction is "
+            f"{r['bpb'] / run['bpb'] - 1:+.1%} off, {'inside' if inside else 'outside'} its interval"
+        )
     for what, largest in r["beyond"].items():
         size = (
             f"model is {count(largest)} parameters"
@@ -282,7 +293,55 @@ def _ladder(args: argparse.Namespace) -> int:
             f"note: an extrapolation: the ladder's largest {size}; the interval covers the fit's "
             "uncertainty, not whether the law holds that far"
         )
+    family = fitted.get("family") or _family_in_conf()
+    if family is None:
+        print("note: this fit records no family of rungs (made before 2026-12-03), and no conf here does")
+    elif run:
+        for gap in family_gaps(family, run["model"], run["decay"]):
+            print(f"note: an extrapolation across shapes: {gap}")
+    else:
+        shape = family["shape"]
+        print(
+            f"note: the law is of the ladder's family: depths {family['depths']}, width "
+            f"{shape['aspect_ratio']} x depth, {shape['seq_len']}-token context, the rest "
+            f"{shape['preset']}'s, each cooled down "
+            f"{family['decay_ratio']} of its steps; for a model of another shape or anneal it is an "
+            "extrapolation (--checkpoint names how a trained one differs)"
+        )
     return 0
+
+
+def _family_in_conf() -> dict | None:
+    """The ladder's family as this project's params describe it: a fit made before fits recorded
+    their own (2026-12-03) was made from these unless they changed since (ladder/dvc.lock says)."""
+    from lehr.config_parts import from_mapping
+    from lehr.paths import profile_in_force
+    from lehr.project.experiments import load_parameters
+    from lehr.stages.ladder_params import LadderParams
+
+    conf = Path.cwd() / "conf"
+    if not conf.is_dir():
+        return None
+    ladder = load_parameters(conf, profile_in_force(Path.cwd())).get("ladder")
+    return from_mapping(LadderParams, ladder, "ladder").family() if ladder else None
+
+
+def _trained(folder: Path) -> dict:
+    """What the ladder's law needs of a trained checkpoint: its size, tokens, model, anneal and figure."""
+    from lehr.engine.artifacts.state import State
+    from lehr.engine.memory import parameter_count
+    from lehr.engine.model import ModelConfig
+
+    state = State.read(folder)
+    evals = state.progress.get("evals") or [{}]
+    start, steps = state.config.get("anneal_start"), state.config.get("anneal_steps", 0)
+    return {
+        "n_params": parameter_count(ModelConfig(**state.config["model"])),
+        "tokens": state.tokens,
+        "model": state.config["model"],
+        "decay": (start, steps) if start is not None else None,
+        "bpb": evals[-1].get("heldout", {}).get("bpb"),
+    }
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -482,10 +541,13 @@ def _compare_args(p: argparse.ArgumentParser) -> None:
 
 def _ladder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["predict"])
+    p.add_argument("--params", type=float, help="parameters, counted as n_params in stage metrics")
+    p.add_argument("--tokens", type=float, help="training tokens, the decay included")
     p.add_argument(
-        "--params", type=float, required=True, help="parameters, counted as n_params in stage metrics"
+        "--checkpoint",
+        help="a trained model instead (e.g. data/06_models/anneal/<branch>/final): its size and tokens, "
+        "its own figure beside the prediction, and how its shape and anneal differ from the ladder's",
     )
-    p.add_argument("--tokens", type=float, required=True, help="training tokens, the decay included")
     p.add_argument("--fit", default="data/08_reporting/ladder.json", help="the ladder's fit (make ladder)")
 
 
@@ -653,8 +715,9 @@ def run_the_workspaces_code(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lehr.errors import VALIDATOR, Stopped, quiet_errors, stop_on_signals
+    from lehr.errors import VALIDATOR, Stopped, quiet_config_loader, quiet_errors, stop_on_signals
 
+    quiet_config_loader()
     if argv is None:  # a command line, not a call from Python
         run_the_workspaces_code(sys.argv[1:])
 

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import threading
+import warnings
 from pathlib import Path
 
 EXIT = 2  # the exit status of an explained error (argparse's and click's for a usage error too)
@@ -115,6 +116,14 @@ def held_back(names: tuple[str, ...]):
 def release(held: list[logging.LogRecord]) -> None:
     for record in held:
         logging.getLogger(record.name).handle(record)
+
+
+def quiet_config_loader() -> None:
+    """Kedro's config loader registers its resolvers with an omegaconf call that omegaconf 2.4 (the
+    one hydra-core pins) warns about at every load: Kedro's to change, nothing a user can act on."""
+    warnings.filterwarnings(
+        "ignore", message=r"register_new_resolver\(\) is deprecated", category=UserWarning
+    )
 
 
 @contextlib.contextmanager

@@ -1,10 +1,10 @@
 """Kedro project settings."""
 
-import warnings
 from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
+from lehr.errors import quiet_config_loader
 from lehr.paths import profile_in_force
 from lehr.project.conf_visibility import ConfigInForce
 from lehr.stages.lines import StageLines
@@ -12,9 +12,7 @@ from lehr.tracking.hooks import MlflowTracking
 
 HOOKS = (ConfigInForce(), MlflowTracking(), StageLines())
 
-# Kedro's config loader registers its resolvers with an omegaconf call that omegaconf 2.4 (the
-# one hydra-core pins) warns about at every run: Kedro's to change, nothing a user can act on.
-warnings.filterwarnings("ignore", message=r"register_new_resolver\(\) is deprecated", category=UserWarning)
+quiet_config_loader()
 
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader

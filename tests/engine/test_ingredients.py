@@ -26,7 +26,13 @@ from tests.engine import compare_runs
 from tests.engine.forked import run
 
 MODEL_ON = dict(mlp="relu2", logit_softcap=15.0, layer_scalars=True, value_embeds=True)
-MUON_ON = dict(muon_orthogonaliser="polar_express", muon_cautious_decay=True, muon_weight_decay=0.1)
+MUON_ON = dict(
+    muon_orthogonaliser="polar_express",
+    muon_cautious_decay=True,
+    muon_weight_decay=0.1,
+    muon_normuon_beta2=0.95,
+)
+MUON_FIELDS = {"muon_orthogonaliser", "muon_cautious_decay", "muon_normuon_beta2"}
 STEPS = dict(planned_steps=12, micro_batch=2, eval_every=6, ckpt_every=4)
 
 
@@ -39,8 +45,8 @@ def test_off_is_the_plain_model_and_its_math_hash(tiny_config):
     before they existed resume, and keep their names."""
     plain = tiny_config()
     assert plain.model.ingredients == [] and not set(INGREDIENTS) & set(plain.model.math_dict())
-    assert not {"muon_orthogonaliser", "muon_cautious_decay"} & set(plain.math_fields())
-    assert set(all_on(tiny_config).math_fields()) >= {"muon_orthogonaliser", "muon_cautious_decay"}
+    assert not MUON_FIELDS & set(plain.math_fields())
+    assert set(all_on(tiny_config).math_fields()) >= MUON_FIELDS
 
 
 @pytest.mark.parametrize("field", ["layer_scalars", "value_embeds"])
@@ -128,6 +134,46 @@ def test_cautious_decay_decays_only_where_the_update_agrees_and_never_on_a_skipp
     assert torch.equal(step(True, 0.0), cautious)  # a taken step under the guard: the same step
 
 
+def test_normuon_evens_out_the_neurons_steps_and_keeps_the_updates_norm():
+    """Two steps by hand (NorMuon's formula: a running mean of each row's mean square, the rows
+    divided by its root, the whole scaled back to the orthogonalised update's norm); a skipped step
+    leaves the weight and the running mean alone."""
+    torch.manual_seed(0)
+    start = torch.randn(6, 10) * 0.1
+    grads = [torch.randn(6, 10) * torch.arange(1, 7).unsqueeze(1) for _ in range(2)]
+    group = {"algorithm": "muon", "lr": 0.1, "weight_decay": 0.0, "lr_scale": 1.0}
+
+    def steps(beta2: float, found_inf: list[float | None]):
+        w = torch.nn.Parameter(start.clone())
+        opt = optim.MuonAdamW(
+            [{**group, "params": [w]}], lr=0.1, betas=(0.9, 0.95), momentum=0.0, normuon_beta2=beta2
+        )
+        for g, skip in zip(grads, found_inf):
+            w.grad = g.clone()
+            if skip is not None:
+                opt.found_inf = torch.tensor(skip)
+            opt.step()
+        return w.detach(), opt.state[w].get("neuron_second_moment")
+
+    moment, expected = torch.zeros(6, 1), start.clone()
+    for g in grads:
+        update = optim.orthogonalise([g])[0].float()
+        moment = 0.95 * moment + 0.05 * update.square().mean(dim=1, keepdim=True)
+        evened = update / (moment.sqrt() + 1e-10)
+        expected -= 0.1 * evened * update.norm() / evened.norm()  # a wide matrix: Keller's factor is 1
+    got, got_moment = steps(0.95, [None, None])
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_moment, moment)
+    plain, _ = steps(0.0, [None, None])
+    assert not torch.allclose(got, plain, atol=1e-4)
+    # The rows' steps are evened out: their sizes spread less than plain Muon's.
+    spread = [((w - start).norm(dim=1).std() / (w - start).norm(dim=1).mean()).item() for w in (got, plain)]
+    assert spread[0] < spread[1]
+    skipped, skipped_moment = steps(0.95, [0.0, 1.0])
+    once, once_moment = steps(0.95, [None])
+    assert torch.equal(skipped, once) and torch.equal(skipped_moment, once_moment)
+
+
 def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly(
     tiny_config, trained, tmp_path
 ):
@@ -136,7 +182,8 @@ def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly
     fsdp = trained(all_on(tiny_config, parallel="fsdp"), Launch(nproc_per_node=2))
     # Two processes sum gradients in another order, which Muon's bf16 orthogonalisation can round
     # otherwise: test_muon_fsdp.py's tolerances; a few entries of the 512-token value-embedding
-    # tables (AdamW's steps on a rarely seen token are large) move by up to 0.025.
+    # tables (AdamW's steps on a rarely seen token are large) move by up to 0.025, and the losses by
+    # up to 0.0013 of 5.3 at step 12 (NorMuon alone trains the same bits under FSDP as on one process).
     reference = compare_runs.weights(one)
     for other in (ddp, fsdp):
         theirs = compare_runs.weights(other)
@@ -144,7 +191,7 @@ def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly
         for name, w in reference.items():
             atol = 5e-2 if name.startswith("value_embeds.") else 2e-2
             torch.testing.assert_close(theirs[name], w, rtol=0, atol=atol, msg=name)
-        compare_runs.assert_same(one, other, exact=False, atol=5e-2, loss_atol=1e-3)
+        compare_runs.assert_same(one, other, exact=False, atol=5e-2, loss_atol=2e-3)
     # Every ingredient's parameters trained, on each layout.
     fresh = Transformer(preset("tiny", 512, **MODEL_ON)).state_dict()
     for run_dir in (one, ddp, fsdp):
@@ -171,6 +218,8 @@ def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly
         (dict(optimizer="adamw", muon_orthogonaliser="polar_express"), "is Muon's: set optimizer: muon"),
         (dict(muon_cautious_decay=True), "decays nothing while muon_weight_decay is 0"),
         (dict(muon_orthogonaliser="polar"), "muon_orthogonaliser = 'polar' must be one of"),
+        (dict(muon_normuon_beta2=1.0), r"muon_normuon_beta2 = 1.0 must lie in \[0, 1\)"),
+        (dict(optimizer="adamw", muon_normuon_beta2=0.95), "muon_normuon_beta2 = 0.95 is Muon's"),
     ],
 )
 def test_a_muon_ingredient_where_it_cannot_apply_is_refused_by_name(tiny_config, overrides, said):
@@ -244,5 +293,5 @@ def test_lehr_info_names_the_ingredients_a_checkpoint_was_trained_with(tiny_conf
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ingredients"))
     assert line.split(None, 1)[1].strip() == (
         "mlp=relu2, logit_softcap=15.0, layer_scalars=True, value_embeds=True, "
-        "muon_orthogonaliser=polar_express, muon_cautious_decay=True"
+        "muon_orthogonaliser=polar_express, muon_cautious_decay=True, muon_normuon_beta2=0.95"
     )

@@ -58,7 +58,7 @@ class ScheduleConfig(Part):
         require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "must be >= 0")
 
 
-MUON_INGREDIENTS = ("muon_orthogonaliser", "muon_cautious_decay")  # docs/recipe.md
+MUON_INGREDIENTS = ("muon_orthogonaliser", "muon_cautious_decay", "muon_normuon_beta2")  # docs/recipe.md
 
 
 def _under_muon(cfg: OptimizerConfig) -> bool:
@@ -80,10 +80,12 @@ class OptimizerConfig(Part):
     muon_lr: float = setting(0.02, used_if=_under_muon)
     muon_momentum: float = setting(0.95, used_if=_under_muon)  # Nesterov
     muon_weight_decay: float = setting(0.0, used_if=_under_muon)  # decoupled, per unit of muon_lr
-    # Muon's ingredients (their sources in ``optim``): the orthogonalisation's coefficients, and
-    # decay only where the update also shrinks the weight.
+    # Muon's ingredients (their sources in ``optim``): the orthogonalisation's coefficients; decay
+    # only where the update also shrinks the weight; NorMuon's running mean of each neuron's squared
+    # update, which evens the neurons' steps out (its beta2, 0.95 in the paper; 0 = off).
     muon_orthogonaliser: Literal[tuple(ORTHOGONALISERS)] = setting("newton_schulz", off="newton_schulz")
     muon_cautious_decay: bool = setting(False, off=False)
+    muon_normuon_beta2: float = setting(0.0, off=0.0)
     z_loss: float = setting(
         0.0, off=0.0
     )  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
@@ -105,6 +107,12 @@ class OptimizerConfig(Part):
         require(self.muon_lr > 0, "muon_lr", self.muon_lr, "must be positive (e.g. 0.02)")
         require(self.muon_weight_decay >= 0, "muon_weight_decay", self.muon_weight_decay, "must be >= 0")
         require(self.z_loss >= 0, "z_loss", self.z_loss, "must be >= 0 (0 = off; 1e-4 is usual)")
+        require(
+            0 <= self.muon_normuon_beta2 < 1,
+            "muon_normuon_beta2",
+            self.muon_normuon_beta2,
+            "must lie in [0, 1) (0 = off; NorMuon's paper uses 0.95)",
+        )
         off = {f.name: f.metadata["off"] for f in dataclasses.fields(self) if f.name in MUON_INGREDIENTS}
         for key in MUON_INGREDIENTS:
             require(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import sys
 import warnings
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class Hardware:
         return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
 
+@functools.cache
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX). There, bf16 autocast
     trains cpu-demo ~1.4x faster than fp32 (docs/benchmarks.md); elsewhere it is emulated, slower."""

@@ -10,7 +10,9 @@ optimizer ``found_inf``; fused AdamW honours it inside its kernel. ``torch.optim
 such input, so ``MuonAdamW`` applies Muon's step (torch's arithmetic and LR scaling, with the
 orthogonalisation batched over matrices of one shape) with every change to a parameter or its
 momentum selected on ``found_inf``: a skipped step leaves both untouched, a taken one is torch's
-step bit for bit, and no host sync decides it.
+step (bit for bit where the batched matmuls round as torch's one-matrix ones do; on a CPU without
+bf16 instructions its bf16 products run in fp32, rounded at the same points: ``_step_in_fp32``),
+and no host sync decides it.
 
 Newton-Schulz needs whole matrices, once per optimizer step. On one process it runs on each
 matrix; under DDP (``muon_work: shared``) each rank runs it on the matrices it owns and one
@@ -29,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.optim import adamw
 from torch.optim._muon import _adjust_lr
+
+from lehr.engine.hardware import cpu_has_bf16
 
 OPTIMIZERS = ("adamw", "muon")
 # Newton-Schulz quintic coefficients and steps of torch.optim.Muon (Keller Jordan's).
@@ -85,7 +89,7 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         # Fused on every device: one kernel per step, and it honours ``found_inf`` (see run/guard.py).
         return torch.optim.AdamW(adam_groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
     hidden = [p for n, p in named if is_hidden_matrix(n, p)]
-    check_layout([(n, p) for n, p in named if is_hidden_matrix(n, p)])
+    check_layout([(n, p) for n, p in named if is_hidden_matrix(n, p)], whole_rows=cfg.muon_normuon_beta2 > 0)
     muon_group = {
         "params": hidden,
         "algorithm": "muon",
@@ -101,6 +105,7 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
         shared=cfg.muon_work == "shared",
         orthogonaliser=ORTHOGONALISERS[cfg.muon_orthogonaliser],
         cautious_decay=cfg.muon_cautious_decay,
+        normuon_beta2=cfg.muon_normuon_beta2,
     )
 
 
@@ -127,12 +132,14 @@ class MuonAdamW(torch.optim.Optimizer):
         shared: bool = True,
         orthogonaliser: Orthogonaliser = ORTHOGONALISERS["newton_schulz"],
         cautious_decay: bool = False,
+        normuon_beta2: float = 0.0,
     ):
         defaults = {"lr": lr, "betas": betas, "eps": 1e-8, "momentum": momentum, "lr_scale": 1.0}
         super().__init__(groups, defaults)
         # Attributes, not group entries: the config that built the optimizer holds them, and a
         # state dict without them is the same file whether they exist or not.
         self.shared, self.orthogonaliser, self.cautious_decay = shared, orthogonaliser, cautious_decay
+        self.normuon_beta2 = normuon_beta2
         for group in self.param_groups:
             if group["algorithm"] == "muon" and any(p.dim() != 2 for p in group["params"]):
                 raise ValueError("Muon takes 2-D matrices only")
@@ -206,6 +213,8 @@ class MuonAdamW(torch.optim.Optimizer):
             updates = (
                 orthogonalise_shared(nesterov, method) if self.shared else orthogonalise(nesterov, method)
             )
+        if self.normuon_beta2:
+            updates = self._even_out_neurons(params, updates, take)
         for p, update in zip(params, updates):
             if take is not None:
                 update = torch.where(take, update, torch.zeros_like(update))
@@ -219,6 +228,41 @@ class MuonAdamW(torch.optim.Optimizer):
                 weight.mul_(torch.where(take, 1 - lr * decay, 1.0) if take is not None else 1 - lr * decay)
             # Keller's sqrt(max(1, rows / cols)), of the whole matrix (a DTensor's shape is global)
             weight.add_(update, alpha=-_adjust_lr(lr, None, p.shape))
+
+    def _even_out_neurons(self, params: list, updates: list, take) -> list[torch.Tensor]:
+        """NorMuon (Li et al. 2025, arXiv 2510.05491; nanochat): each neuron's row of the
+        orthogonalised update divided by the root of a running mean (``normuon_beta2``) of its
+        mean square, then the whole update scaled back to its norm before, so that Muon's step
+        keeps its size while no neuron's share of it stays out of proportion. A row is an output
+        neuron of an ``nn.Linear`` weight (out x in). Under FSDP a rank holds whole rows
+        (``check_layout``), so only the two norms of each matrix cross processes, in one all-reduce."""
+        beta2, evened, norms = self.normuon_beta2, [], []
+        for p, update in zip(params, updates):
+            state = self.state[p]
+            if "neuron_second_moment" not in state:
+                state["neuron_second_moment"] = _rows_like(p)
+            moment, update = _local(state["neuron_second_moment"]), update.float()
+            new = torch.lerp(moment, update.square().mean(dim=-1, keepdim=True), 1 - beta2)
+            moment.copy_(new if take is None else torch.where(take, new, moment))
+            scaled = update / (moment.sqrt() + 1e-10)
+            evened.append(scaled)
+            norms.append(torch.stack([update.square().sum(), scaled.square().sum()]))
+        sums = torch.stack(norms)
+        if _is_dtensor(params[0]) and params[0].device_mesh.size() > 1:
+            dist.all_reduce(sums, group=params[0].device_mesh.get_group())
+        ratios = sums[:, 0].sqrt() / (sums[:, 1].sqrt() + 1e-10)
+        return [scaled * ratio for scaled, ratio in zip(evened, ratios.unbind())]
+
+
+def _rows_like(p: torch.Tensor) -> torch.Tensor:
+    """Zeros of one value per row of ``p``: (rows, 1), laid out over the processes as ``p``'s rows are."""
+    if not _is_dtensor(p):
+        return torch.zeros(p.shape[0], 1, dtype=torch.float32, device=p.device)
+    from torch.distributed.tensor import DTensor
+
+    local = torch.zeros(p.to_local().shape[0], 1, dtype=torch.float32, device=p.device)
+    shape = torch.Size((p.shape[0], 1))
+    return DTensor.from_local(local, p.device_mesh, p.placements, shape=shape, stride=(1, 1))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -273,9 +317,10 @@ def orthogonalise_shared(
     return out
 
 
-def check_layout(named: list[tuple[str, torch.Tensor]]) -> None:
+def check_layout(named: list[tuple[str, torch.Tensor]], whole_rows: bool = False) -> None:
     """Muon under FSDP gathers matrices sharded along one of their dimensions over a 1-D mesh
-    (``fully_shard``'s layout, on any dimension); refuses every other layout before any work."""
+    (``fully_shard``'s layout, on any dimension; NorMuon's, ``whole_rows``, along the rows only, so
+    that each rank holds its neurons' whole rows); refuses every other layout before any work."""
     sharded = [(name, p) for name, p in named if _is_dtensor(p)]
     if not sharded:
         return
@@ -289,6 +334,12 @@ def check_layout(named: list[tuple[str, torch.Tensor]]) -> None:
                 f"{p.device_mesh.ndim}-D process mesh, and Muon under FSDP takes the hidden matrices "
                 "sharded along one dimension over one 1-D mesh (fully_shard's layout). Shard them so, "
                 "or set pretrain.optimizer: adamw for this layout."
+            )
+        if whole_rows and p.placements[0].dim != 0:
+            raise ValueError(
+                f"pretrain.muon_normuon_beta2 needs each process to hold whole rows of {name}, which is "
+                f"sharded along dimension {p.placements[0].dim}: shard it along its rows (fully_shard's "
+                "default), or set pretrain.muon_normuon_beta2: 0"
             )
 
 
@@ -346,6 +397,25 @@ def orthogonalise_sharded(
     return out
 
 
+def _step(x: torch.Tensor, a: float, b: float, c: float) -> torch.Tensor:
+    """One iteration in bf16, as torch.optim.Muon computes it."""
+    gram = x @ x.mT
+    return torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+
+
+def _step_in_fp32(x: torch.Tensor, a: float, b: float, c: float) -> torch.Tensor:
+    """``_step`` on a CPU without bf16 instructions, where torch multiplies bf16 matrices in scalar
+    loops ten times slower than fp32 ones (a 2-core AVX2 EPYC; ``bench/newton_schulz.py``): the
+    same products in fp32, each result rounded to bf16 where the bf16 kernels round theirs (a
+    matmul's sum in fp32, then ``beta * C + alpha * sum`` in fp32, then bf16), so the iterate stays
+    bf16's. Only the fp32 sums' order is the fp32 kernel's: on that CPU about one element in 10^4
+    rounds one bf16 step apart from the bf16 kernel's, as two CPUs' kernels do."""
+    xf = x.float()
+    gram = (xf @ xf.mT).bfloat16().float()
+    inner = (b * gram + c * (gram @ gram)).bfloat16().float()
+    return (a * xf + inner @ xf).bfloat16()
+
+
 def _spans(n: int, world: int) -> list[tuple[int, int]]:
     """(start, length) of each rank's shard of a dimension of n, as torch.chunk (and FSDP2) splits it."""
     step = -(-n // world)
@@ -389,9 +459,9 @@ def orthogonalise(
         if method.norm_scale != 1:
             norm = norm * method.norm_scale
         x = x / norm.clamp(min=NS_EPS)  # spectral norm <= 1
+        step = _step_in_fp32 if x.device.type == "cpu" and not cpu_has_bf16() else _step
         for a, b, c in method.steps:
-            gram = x @ x.mT
-            x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+            x = step(x, a, b, c)
         for i, t, y in zip(index, tall, x.unbind()):
             out[i] = y.mT if t else y
     return out

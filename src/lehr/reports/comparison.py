@@ -27,20 +27,22 @@ LN2 = math.log(2)
 
 def paired(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None, seed: int = 0) -> dict:
     """``b - a`` as a weighted mean over paired items (each item's weight: its bytes, or 1), with
-    the 2.5% and 97.5% points of that statistic over resampled items."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    w = np.ones_like(a) if weights is None else np.asarray(weights, dtype=np.float64)
+    the 2.5% and 97.5% points of that statistic over resampled items. ``a`` and ``b`` may hold one
+    row per seed (seeds x items, the same items in each): a resample then draws items, and each
+    drawn item counts in every seed, so the interval is of the mean over the seeds."""
+    a, b = np.atleast_2d(np.asarray(a, dtype=np.float64)), np.atleast_2d(np.asarray(b, dtype=np.float64))
     diff = b - a
+    w = np.broadcast_to(1.0 if weights is None else np.asarray(weights, dtype=np.float64), diff.shape)
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(diff), size=(RESAMPLES, len(diff)))
-    stats = (diff[picks]).sum(1) / w[picks].sum(1)
+    picks = rng.integers(0, diff.shape[1], size=(RESAMPLES, diff.shape[1]))
+    stats = diff[:, picks].sum(axis=(0, 2)) / w[:, picks].sum(axis=(0, 2))
     lo, hi = np.percentile(stats, [2.5, 97.5])
     return {
         "diff": float(diff.sum() / w.sum()),
         "lo": float(lo),
         "hi": float(hi),
         "significant": bool(lo > 0 or hi < 0),
-        "n": len(diff),
+        "n": diff.shape[1],
     }
 
 
@@ -91,6 +93,14 @@ def score(
     )
 
 
+def heldout_bits(scored: Scored, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Every held-out window's bits, the sources ``names`` one after another, and the bytes each
+    window stands for: their weighted mean is the held-out bits per byte."""
+    bits = np.concatenate([scored.nats[n] / LN2 for n in names])
+    window_bytes = np.concatenate([np.full(len(scored.nats[n]), scored.window_bytes[n]) for n in names])
+    return bits, window_bytes
+
+
 def difference(base: Scored, other: Scored) -> dict:
     """``other - base``: bits per byte per source and over all (lower is better), and each
     task's accuracy (higher is better), each with its interval."""
@@ -103,14 +113,8 @@ def difference(base: Scored, other: Scored) -> dict:
     for name, a in base.nats.items():
         window_bytes = np.full(len(a), base.window_bytes[name])
         out[name] = {"bpb": paired(a / LN2, other.nats[name] / LN2, window_bytes)}
-    every = [(base.nats[n] / LN2, other.nats[n] / LN2, base.window_bytes[n]) for n in base.nats]
-    out["heldout"] = {
-        "bpb": paired(
-            np.concatenate([a for a, _, _ in every]),
-            np.concatenate([b for _, b, _ in every]),
-            np.concatenate([np.full(len(a), per) for a, _, per in every]),
-        )
-    }
+    (a, window_bytes), (b, _) = (heldout_bits(s, list(base.nats)) for s in (base, other))
+    out["heldout"] = {"bpb": paired(a, b, window_bytes)}
     for task, outcomes in base.tasks.items():
         out.setdefault("tasks", {})[task] = {
             metric: paired(values, other.tasks[task][metric])

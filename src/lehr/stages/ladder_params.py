@@ -71,3 +71,12 @@ class LadderParams(Section):
         require(self.bootstrap >= 0, "bootstrap", self.bootstrap, "must be >= 0 (0 = no intervals)")
         for depth in self.sizes:
             self.shape.of(depth)  # every rung's shape is checked before any trains
+
+    def family(self) -> dict:
+        """What the rungs have in common, as the fit records it: a model and an anneal outside it
+        are an extrapolation of the law (``family_gaps``)."""
+        return {
+            "shape": dataclasses.asdict(self.shape),
+            "depths": sorted(self.sizes),
+            "decay_ratio": self.decay_ratio,
+        }

@@ -13,7 +13,8 @@ import dataclasses
 from pathlib import Path
 
 from lehr.config_parts import require
-from lehr.stages.ladder_params import LadderParams
+from lehr.engine.model import preset
+from lehr.stages.ladder_params import LadderParams, ShapeRule
 from lehr.stages.params import AnnealParams, ModelParams, PretrainParams
 from lehr.stages.training_job import anneal_job, run_engine, stable_job
 
@@ -37,6 +38,28 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
     )
     cooldown = dataclasses.replace(a, decay_steps=0, decay_ratio=ladder.decay_ratio, patience=0)
     return stable, cooldown
+
+
+def family_gaps(family: dict, model: dict, decay: tuple[int, int] | None = None) -> list[str]:
+    """How a model (its math dict) and its anneal (decay start and steps) lie outside the ladder's
+    ``family``; none for a member, where the law interpolates between rungs of its own kind."""
+    rule, depths, depth = ShapeRule(**family["shape"]), family["depths"], model["n_layer"]
+    member = preset(rule.preset, model["vocab_size"], **rule.of(depth)).math_dict()
+    gaps = [
+        f"{key} {model.get(key)} where the family's model of depth {depth} has {member.get(key)}"
+        for key in sorted(member.keys() | model.keys())
+        if member.get(key) != model.get(key)
+    ]
+    if not min(depths) <= depth <= max(depths):
+        gaps.append(f"depth {depth}, outside the rungs' {min(depths)} to {max(depths)}")
+    if decay is not None:
+        start, steps = decay
+        if start and abs(steps / start - family["decay_ratio"]) > 0.01:
+            gaps.append(
+                f"an anneal of {steps} steps after {start} ({steps / start:.2f} of them) where each rung "
+                f"cools down {family['decay_ratio']} of the steps before it"
+            )
+    return gaps
 
 
 def _check_budgets(

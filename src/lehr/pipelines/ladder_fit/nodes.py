@@ -21,6 +21,9 @@ def fit_ladder(rungs: dict[int, dict], ladder: LadderParams) -> tuple[dict, plt.
             f"the ladder has no rung of size(s) {missing} yet: train them first (`make ladder` trains "
             "every size in ladder.sizes)"
         )
-    fitted = report([rungs[s] for s in ladder.sizes], ladder.flop_budgets, ladder.bootstrap)
+    fitted = {
+        **report([rungs[s] for s in ladder.sizes], ladder.flop_budgets, ladder.bootstrap),
+        "family": ladder.family(),
+    }
     log.info("ladder: %s", fitted["status"])
     return fitted, plot_ladder(fitted)
