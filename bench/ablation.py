@@ -175,6 +175,12 @@ INGREDIENTS = {
         {"pretrain.muon_orthogonaliser": "polar_express"},
     ),
     "normuon": ("NorMuon, beta2 0.95", "arXiv 2510.05491; nanochat", {"pretrain.muon_normuon_beta2": 0.95}),
+    # The anneal's alone: the stable phase is the default's, which DVC reuses.
+    "tail-average": (
+        "the decay's last 20% of steps averaged",
+        "Tail-EMA; Polyak",
+        {"anneal.tail_fraction": 0.2},
+    ),
 }
 DEFAULT, COMBINED = "default", "combined"
 
@@ -188,7 +194,8 @@ def ledger_runs(names: list[str], seeds: list[int]) -> dict[str, dict]:
         parts = [] if name == DEFAULT else name.split("+")
         unknown = [p for p in parts if p not in INGREDIENTS]
         if unknown:
-            sys.exit(f"unknown ingredient(s) {', '.join(unknown)}: choose from {', '.join(INGREDIENTS)}")
+            known = ", ".join(INGREDIENTS)
+            raise ValueError(f"unknown ingredient(s) {', '.join(unknown)}: choose from {known}")
         settings = {k: v for p in parts for k, v in INGREDIENTS[p][2].items()}
         label = COMBINED if len(parts) > 1 else name
         for seed in seeds:
@@ -383,7 +390,10 @@ def main() -> None:
         else:
             queue_ledger(runs)
     elif args.action == "ledger-table":
-        print(ledger_table(Path.cwd()))
+        try:
+            print(ledger_table(Path.cwd()))
+        except ValueError as e:
+            sys.exit(f"ablation: error: {e}")
     elif args.action == "queue":
         queue(args.names or list(ROWS))
     else:

@@ -1,7 +1,8 @@
 """Benchmark: Muon's Newton-Schulz orthogonalisation of a model's hidden matrices, one matrix at a
 time (torch.optim.Muon's way) vs lehr's, which stacks the matrices of one shape into a batched
-matmul. Prints the milliseconds per optimizer step of each and their ratio; the two give the same
-bits (tests/engine/test_optim.py).
+matmul (on a CPU without bf16 instructions, in fp32 products rounded to bf16 where the bf16
+kernels round: ``optim._step_in_fp32``). Prints the milliseconds per optimizer step of each and
+their ratio; the two are the same orthogonalisation within bf16 rounding (tests/engine/test_optim.py).
 
 With ``--processes N`` (gloo, one thread each, as N processes on N cores), per preset: one
 process alone (every core), then under DDP every process orthogonalising every matrix

@@ -6,18 +6,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.injected.sitecustomize import NONFINITE, SLOW_CHECKPOINT, poison_steps
+from tests.injected.sitecustomize import HELD_CHECKPOINT, NONFINITE, SLOW_CHECKPOINT, poison_steps
 
 INJECTED = Path(__file__).parent / "injected"
 
 
-def env(nonfinite_steps: str = "", slow_checkpoint: float = 0) -> dict[str, str]:
-    """Variables for a child process (merge into its environment): the patches load at its start."""
+def env(
+    nonfinite_steps: str = "", slow_checkpoint: float = 0, held_checkpoint: Path | None = None
+) -> dict[str, str]:
+    """Variables for a child process (merge into its environment): the patches load at its start.
+    ``held_checkpoint``: a file whose creation lets the process's checkpoint writes go on."""
     out = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECTED), os.environ.get("PYTHONPATH")]))}
     if nonfinite_steps:
         out[NONFINITE] = nonfinite_steps
     if slow_checkpoint:
         out[SLOW_CHECKPOINT] = str(slow_checkpoint)
+    if held_checkpoint is not None:
+        out[HELD_CHECKPOINT] = str(held_checkpoint)
     return out
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import save_model
+from safetensors.torch import load_file, save_model
 
 from lehr.__main__ import main
 from lehr.config_parts import ConfigError
@@ -295,3 +295,55 @@ def test_lehr_info_names_the_ingredients_a_checkpoint_was_trained_with(tiny_conf
         "mlp=relu2, logit_softcap=15.0, layer_scalars=True, value_embeds=True, "
         "muon_orthogonaliser=polar_express, muon_cautious_decay=True, muon_normuon_beta2=0.95"
     )
+
+
+TAIL = dict(planned_steps=12, anneal_start=6, anneal_steps=6, micro_batch=2, eval_every=6, ckpt_every=1)
+
+
+def test_tail_averaging_makes_the_final_model_the_mean_of_the_decays_last_steps(tiny_config, tmp_path):
+    """The weights after each of the decay's last 3 steps (a run without averaging, checkpointed
+    every step, gives them), averaged, are the final model; the training until then is the plain
+    run's, bit for bit, and the last eval scores the average."""
+    plain = tmp_path / "plain"
+    run(tiny_config(out_dir=str(plain), keep_last=20, **TAIL), Launch(nproc_per_node=1))
+    averaged = tmp_path / "averaged"
+    summary = run(tiny_config(out_dir=str(averaged), tail_steps=3, **TAIL), Launch(nproc_per_node=1))
+    steps = [load_file(plain / "checkpoints" / f"step_{s:08d}" / "model.safetensors") for s in (10, 11, 12)]
+    final = compare_runs.weights(averaged)
+    for name, w in final.items():
+        torch.testing.assert_close(w, sum(s[name] for s in steps) / 3, rtol=0, atol=1e-7, msg=name)
+    losses = compare_runs.losses(plain)
+    assert compare_runs.losses(averaged) == {k: v for k, v in losses.items() if k <= 12}
+    evals = [json.loads(line) for line in (averaged / "metrics.jsonl").read_text().splitlines()]
+    last = [e for e in evals if e["kind"] == "eval"]
+    # The decay's end is evaluated twice: its own weights (eval_every), then their tail's average.
+    assert [e["step"] for e in last[-2:]] == [12, 12] and summary["heldout"]["step"] == 12
+    assert summary["heldout"]["heldout"]["loss"] == last[-1]["heldout.loss"] != last[-2]["heldout.loss"]
+    state = json.loads((averaged / "final" / "state.json").read_text())
+    assert state["config"]["tail_steps"] == 3
+
+
+@pytest.mark.parametrize("layout", [{}, {"parallel": "fsdp"}], ids=["one process", "fsdp"])
+def test_tail_averaging_resumes_exactly_from_inside_the_tail(tiny_config, tmp_path, layout):
+    """Stopped at step 11, inside the tail (its sums saved with the optimizer's state, sharded
+    under FSDP), and resumed: the same final model as the run that never stopped."""
+    launch = Launch(nproc_per_node=2 if layout else 1)
+    cfg = dict(TAIL, tail_steps=3, ckpt_every=4, **layout)
+    run(tiny_config(out_dir=str(tmp_path / "straight"), **cfg), launch)
+    stopped = tmp_path / "stopped"
+    run(tiny_config(out_dir=str(stopped), end_step=11, **cfg), launch)
+    summary = run(tiny_config(out_dir=str(stopped), **cfg), launch)
+    assert summary["mode"] == "resume" and summary["step"] == 12
+    compare_runs.assert_same(tmp_path / "straight", stopped, exact=True)
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (dict(tail_steps=3), "tail_steps = 3 averages the decay's last steps: it needs an anneal_start"),
+        (dict(tail_steps=9, anneal_start=6, anneal_steps=6), "at most anneal_steps \\(6\\)"),
+    ],
+)
+def test_a_tail_outside_the_decay_is_refused(tiny_config, overrides, said):
+    with pytest.raises(ConfigError, match=said):
+        tiny_config(**overrides)

@@ -165,8 +165,16 @@ WORKER = textwrap.dedent(
             refused[label] = None
         except ValueError as e:
             refused[label] = str(e)
+    normuon = {}  # NorMuon needs each rank to hold whole rows
+    for dim in (0, 1):
+        try:
+            sharded = distribute_tensor(whole[0], mesh, [Shard(dim)])
+            optim.check_layout([("blocks.0.mlp.up.weight", sharded)], whole_rows=True)
+            normuon[dim] = None
+        except ValueError as e:
+            normuon[dim] = str(e)
     if dist.get_rank() == 0:
-        json.dump({"same": same, "refused": refused}, open(sys.argv[1], "w"))
+        json.dump({"same": same, "refused": refused, "normuon": normuon}, open(sys.argv[1], "w"))
     dist.destroy_process_group()
     """
 )
@@ -175,7 +183,8 @@ WORKER = textwrap.dedent(
 def test_any_one_dimensional_shard_layout_is_gathered_and_any_other_refused(tmp_path):
     """Row or column shards, uneven ones and a rank holding none: the owner's whole matrix is
     orthogonalised as one process would, bit for bit. A 2-D mesh (HSDP, tensor parallel) or a
-    replicated matrix is refused naming the parameter and the fix."""
+    replicated matrix is refused naming the parameter and the fix, and so is NorMuon on shards of
+    columns."""
     script, out = tmp_path / "worker.py", tmp_path / "out.json"
     script.write_text(WORKER)
     subprocess.run(
@@ -190,6 +199,12 @@ def test_any_one_dimensional_shard_layout_is_gathered_and_any_other_refused(tmp_
         assert message and "blocks.0.mlp.up.weight" in message and "pretrain.optimizer: adamw" in message, (
             label
         )
+    # NorMuon's per-neuron statistics need whole rows: shards of rows train, shards of columns are
+    # refused, naming the matrix, the setting and the fix.
+    assert result["normuon"]["0"] is None
+    said = result["normuon"]["1"]
+    assert "blocks.0.mlp.up.weight" in said and "sharded along dimension 1" in said
+    assert "pretrain.muon_normuon_beta2: 0" in said
 
 
 def test_an_optimizer_state_saved_by_position_is_refused_under_fsdp(tiny_config, tmp_path):

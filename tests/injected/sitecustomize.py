@@ -16,6 +16,7 @@ import time
 
 NONFINITE = "LEHR_FAULT_NONFINITE_STEPS"  # steps (comma-separated) whose loss turns NaN
 SLOW_CHECKPOINT = "LEHR_FAULT_SLOW_CHECKPOINT"  # seconds a checkpoint write pauses midway
+HELD_CHECKPOINT = "LEHR_FAULT_HELD_CHECKPOINT"  # a file: every checkpoint write waits midway until it exists
 
 
 def poison_steps(loop, steps: set[int], setattr=setattr) -> None:
@@ -39,6 +40,19 @@ def poison_steps(loop, steps: set[int], setattr=setattr) -> None:
             run.forward = forward
 
     setattr(loop.Run, "step", step)
+
+
+def held_checkpoints(module, release: str, setattr=setattr) -> None:
+    """A single-file checkpoint write waits midway until the file ``release`` exists: the run stays
+    live, holding its folder, for exactly as long as a test needs, however slow the machine."""
+    save_model = module.save_model
+
+    def held_save_model(model, path):
+        save_model(model, path)
+        while not os.path.exists(release):
+            time.sleep(0.05)
+
+    setattr(module, "save_model", held_save_model)
 
 
 def slow_checkpoints(module, seconds: float, setattr=setattr) -> None:
@@ -72,6 +86,8 @@ def _patches() -> dict:
     if seconds := os.environ.get(SLOW_CHECKPOINT):
         for name in ("lehr.engine.artifacts.checkpoint", "lehr.engine.artifacts.sharded_checkpoint"):
             out[name] = lambda m: slow_checkpoints(m, float(seconds))
+    if release := os.environ.get(HELD_CHECKPOINT):
+        out["lehr.engine.artifacts.checkpoint"] = lambda m: held_checkpoints(m, release)
     return out
 
 

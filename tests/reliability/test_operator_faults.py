@@ -33,14 +33,15 @@ def repo(tmp_path_factory, smoke_repo):
     return path
 
 
-def start(repo: Path, *cmd: str, slow: bool = False) -> subprocess.Popen:
-    """``cmd`` in the background; ``slow``: each checkpoint write pauses a second, so that the run
-    is still live while a second command starts (their start-ups alone took seconds beside a
-    parallel test worker)."""
+def start(repo: Path, *cmd: str, held: Path | None = None) -> subprocess.Popen:
+    """``cmd`` in the background; ``held``: its checkpoint writes wait until that file exists, so
+    that the run is still live, holding its folder, while a second command starts (their start-ups
+    alone took many seconds beside parallel test workers, and a run paused for a fixed time had
+    finished by then)."""
     return subprocess.Popen(
         cmd,
         cwd=repo,
-        env={**env(), **(faults.env(slow_checkpoint=1) if slow else {})},
+        env={**env(), **(faults.env(held_checkpoint=held) if held else {})},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -101,11 +102,15 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo):
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
-def test_a_second_run_of_a_live_branch_is_refused(repo):
+def test_a_second_run_of_a_live_branch_is_refused(repo, tmp_path):
     anneal = ["kedro", "run", "--pipelines", "anneal", "--env", "smoke", "--params"]
-    first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear", slow=True)
-    wait_for(lambda: live_folder(repo / "data/06_models/anneal_runs") is not None, first)
-    second = sh(repo, *anneal, "anneal.branch=C,anneal.shape=cosine", check=False)
+    release = tmp_path / "release"
+    first = start(repo, *anneal, "anneal.branch=C,anneal.shape=linear", held=release)
+    try:
+        wait_for(lambda: live_folder(repo / "data/06_models/anneal_runs") is not None, first)
+        second = sh(repo, *anneal, "anneal.branch=C,anneal.shape=cosine", check=False)
+    finally:
+        release.touch()  # the held run goes on, whatever happened
     assert second.returncode != 0
     assert f"is in use by another run (pid {first.pid}" in second.stderr, second.stderr[-2000:]
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
@@ -114,16 +119,20 @@ def test_a_second_run_of_a_live_branch_is_refused(repo):
     assert steps == sorted(steps)  # one run's curve, not two interleaved
 
 
-def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo):
+def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo, tmp_path):
     runs = repo / "data/06_models/stable_run"
     for done in runs.glob(
         "auto-*"
     ):  # the default configuration trains afresh, in the folder DVC's run will want
         shutil.rmtree(done)
-    proc = start(repo, *STABLE, slow=True)
-    wait_for(lambda: live_folder(runs) is not None, proc)
-    out = sh(repo, "dvc", "repro", "pretrain_stable", check=False)
-    assert out.returncode != 0
+    release = tmp_path / "release"
+    proc = start(repo, *STABLE, held=release)
+    try:
+        wait_for(lambda: live_folder(runs) is not None, proc)
+        out = sh(repo, "dvc", "repro", "pretrain_stable", check=False)
+    finally:
+        release.touch()
+    assert out.returncode != 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "is in use by another run" in out.stderr + out.stdout
     assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
 

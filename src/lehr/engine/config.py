@@ -350,9 +350,12 @@ class DecayConfig(Part):
     anneal_steps: int = 0  # decay length in steps
     decay_shape: Literal[SHAPES] = "1-sqrt"
     anneal_mix: list = field(default_factory=list)  # [[end_fraction, {tier: weight}], ...] over the decay
+    # The run's last steps whose weights are averaged into its final model (``run.tail``); 0 = off.
+    tail_steps: int = setting(0, off=0)
 
     def check(self) -> None:
         require(self.anneal_steps >= 0, "anneal_steps", self.anneal_steps, "must be >= 0")
+        require(self.tail_steps >= 0, "tail_steps", self.tail_steps, "must be >= 0 (0 = off)")
         if self.anneal_mix:  # none = the stable mix throughout
             check_phases(self.anneal_mix, "anneal_mix")
 
@@ -375,9 +378,18 @@ class BranchConfig(Part):
     init_optimizer: bool = True
     patience: int = 4  # evals without a new best before an early stop, counted from mid-decay; 0 = off
     eval_every: int = 20  # steps
+    # Of the decay's steps, the last ones whose weights are averaged (uniformly, each step's) into
+    # the branch's final model: tail averaging (the peers' Tail-EMA, about -1%). 0 = off.
+    tail_fraction: float = setting(0.0, off=0.0)
 
     def check(self) -> None:
         require(self.decay_steps >= 0, "decay_steps", self.decay_steps, "must be >= 0")
+        require(
+            0 <= self.tail_fraction <= 1,
+            "tail_fraction",
+            self.tail_fraction,
+            "must lie in [0, 1] (0 = off; 0.2 averages the decay's last fifth)",
+        )
         require(
             0 <= self.decay_ratio <= 1,
             "decay_ratio",
@@ -443,6 +455,13 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         super().__post_init__()
 
     def check(self) -> None:
+        require(
+            not self.tail_steps or (self.anneal_start is not None and self.tail_steps <= self.anneal_steps),
+            "tail_steps",
+            self.tail_steps,
+            f"averages the decay's last steps: it needs an anneal_start and at most anneal_steps "
+            f"({self.anneal_steps}) of them",
+        )
         if parsed := task_metric(self.decide_by):
             task, _ = parsed
             require(
@@ -473,6 +492,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
             init_optimizer=b.init_optimizer,
             patience=b.patience,
             patience_from_step=start + (end - start) // 2,
+            tail_steps=round(b.tail_fraction * (end - start)),
         )
 
     def grad_accum(self, world_size: int) -> int:

@@ -195,8 +195,10 @@ class MuonAdamW(torch.optim.Optimizer):
                     p.grad, memory_format=torch.preserve_format
                 )
         # The arithmetic runs on this rank's shards (the whole tensors outside FSDP).
-        grads = [_local(p.grad) if grad_scale is None else _local(p.grad) / grad_scale for p in params]
-        bufs = [_local(self.state[p]["momentum_buffer"]) for p in params]
+        grads = [
+            local_shard(p.grad) if grad_scale is None else local_shard(p.grad) / grad_scale for p in params
+        ]
+        bufs = [local_shard(self.state[p]["momentum_buffer"]) for p in params]
         if take is None:
             torch._foreach_lerp_(bufs, grads, 1 - momentum)
         else:  # a non-finite gradient must not reach the momentum, even times 0
@@ -218,7 +220,7 @@ class MuonAdamW(torch.optim.Optimizer):
         for p, update in zip(params, updates):
             if take is not None:
                 update = torch.where(take, update, torch.zeros_like(update))
-            weight = _local(p)
+            weight = local_shard(p)
             if self.cautious_decay:
                 # Cautious weight decay (Chen et al. 2025, arXiv 2510.12402; nanochat): decay only
                 # where the update moves the weight toward zero too, never against the update.
@@ -241,7 +243,7 @@ class MuonAdamW(torch.optim.Optimizer):
             state = self.state[p]
             if "neuron_second_moment" not in state:
                 state["neuron_second_moment"] = _rows_like(p)
-            moment, update = _local(state["neuron_second_moment"]), update.float()
+            moment, update = local_shard(state["neuron_second_moment"]), update.float()
             new = torch.lerp(moment, update.square().mean(dim=-1, keepdim=True), 1 - beta2)
             moment.copy_(new if take is None else torch.where(take, new, moment))
             scaled = update / (moment.sqrt() + 1e-10)
@@ -265,7 +267,7 @@ def _rows_like(p: torch.Tensor) -> torch.Tensor:
     return DTensor.from_local(local, p.device_mesh, p.placements, shape=shape, stride=(1, 1))
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_shard(t: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor (a view: writing it writes the parameter); a tensor itself."""
     return t.to_local() if _is_dtensor(t) else t
 

@@ -90,8 +90,26 @@ class ShardedSaves:
 def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """The model (and optimizer) from a sharded checkpoint, resharded to this run's processes."""
     state = parallel.sharded_state(model, optimizer)
+    if optimizer is not None and _make_room(path, model, optimizer):
+        state = parallel.sharded_state(model, optimizer)
     dcp.load(state, checkpoint_id=path / SHARDS)
     parallel.load_sharded_state(model, optimizer, state)
+
+
+def _make_room(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+    """DCP loads only what the state it is handed holds, and a fresh optimizer's state holds what
+    its step makes: optimizer state of a parameter's shape that the checkpoint holds and the
+    optimizer never makes itself (the tail's sums, ``run.tail``) gets a place first, as zeros of
+    the parameter's layout. Returns whether any did."""
+    saved = dcp.FileSystemReader(str(path / SHARDS)).read_metadata().state_dict_metadata
+    params, made = dict(model.named_parameters()), False
+    for key, meta in saved.items():
+        fqn, _, name = key.removeprefix("optimizer.state.").rpartition(".")
+        p = params.get(fqn) if key.startswith("optimizer.state.") else None
+        if p is not None and name not in optimizer.state[p] and tuple(meta.size) == tuple(p.shape):
+            optimizer.state[p][name] = torch.zeros_like(p, dtype=meta.properties.dtype)
+            made = True
+    return made
 
 
 def load_scaler(path: Path) -> dict:

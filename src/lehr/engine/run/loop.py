@@ -23,7 +23,7 @@ from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 from lehr.engine.hardware import memory_report, resolve
-from lehr.engine.run import step
+from lehr.engine.run import step, tail
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
 from lehr.engine.run.signals import GracefulStop
@@ -219,6 +219,11 @@ class Run:
         """The stable phase decides its anneal start as it goes; an anneal branch is given one."""
         return self.prog.anneal_start if self.cfg.stop_rule else self.cfg.anneal_start
 
+    @property
+    def decay_end(self) -> int:
+        """The step the decay ends at (an anneal branch's end); where tail averaging ends."""
+        return (self.anneal_start or 0) + self.cfg.anneal_steps
+
     def end_step(self) -> int:
         cfg = self.cfg
         if cfg.stop_rule:
@@ -269,6 +274,8 @@ class Run:
         )
         self.prog.step += 1
         self.prog.tokens += cfg.batch_size * cfg.model.seq_len
+        if cfg.tail_steps and self.prog.step >= tail.first_step(self.decay_end, cfg.tail_steps):
+            tail.add(trainee.model, trainee.optimizer)
         self.log.stepped()
         return step.StepResult(loss, grad_norm, lr)
 
@@ -400,7 +407,9 @@ class Run:
     # -- finish --------------------------------------------------------------------------------------
     def finish(self, stop: str | None, signal_name: str | None) -> dict:
         prog, cfg, log = self.prog, self.cfg, self.log
-        if stop != "signal" and (not prog.evals or prog.evals[-1]["step"] != prog.step):
+        # The decay's end, or a policy's early stop: a run stopped short of both keeps its sums.
+        averaged = (stop not in (None, "signal") or prog.step >= self.decay_end) and self._average_tail()
+        if stop != "signal" and (averaged or not prog.evals or prog.evals[-1]["step"] != prog.step):
             self.evaluate()
         if stop != "signal":
             prog.stopped = stop  # kept, so that a rerun knows the run ended here
@@ -419,6 +428,16 @@ class Run:
         self.saves.wait()
         log.close()
         return summary
+
+    def _average_tail(self) -> bool:
+        """The tail's average takes the weights' place (an early stop averages what it reached);
+        the final eval then scores it."""
+        cfg, trainee = self.cfg, self.trainee
+        count = self.prog.step - tail.first_step(self.decay_end, cfg.tail_steps) + 1
+        if not cfg.tail_steps or not tail.average_into_weights(trainee.model, trainee.optimizer, count):
+            return False
+        self.log.info("tail averaging: the weights of the last %d steps averaged into the final model", count)
+        return True
 
     def _summary(self, stop: str | None) -> dict:
         prog, cfg = self.prog, self.cfg
