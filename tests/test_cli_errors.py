@@ -52,7 +52,7 @@ def test_help_shows_defaults_but_no_empty_ones(capsys):
 # -- 2. parameters --------------------------------------------------------------------------------
 KEYS_OF_ANNEAL = (
     "branch, data_seed, decay_fraction, decay_ratio, decay_steps, eval_every, init_optimizer, min_lr, mix, "
-    "origin, patience, shape"
+    "origin, patience, shape, tail_fraction"
 )
 
 
