@@ -182,7 +182,7 @@ INGREDIENTS = {
         {"anneal.tail_fraction": 0.2},
     ),
 }
-DEFAULT, COMBINED = "default", "combined"
+DEFAULT = "default"
 
 
 def ledger_runs(names: list[str], seeds: list[int]) -> dict[str, dict]:
@@ -197,7 +197,7 @@ def ledger_runs(names: list[str], seeds: list[int]) -> dict[str, dict]:
             known = ", ".join(INGREDIENTS)
             raise ValueError(f"unknown ingredient(s) {', '.join(unknown)}: choose from {known}")
         settings = {k: v for p in parts for k, v in INGREDIENTS[p][2].items()}
-        label = COMBINED if len(parts) > 1 else name
+        label = "+".join(parts) if parts else DEFAULT  # a combination names what it holds
         for seed in seeds:
             out[f"l-{label}-s{seed}"] = {**settings, **seed_settings(seed)}
     return out
@@ -221,8 +221,10 @@ def ledger_table(project: Path) -> str:
     runs: dict[str, dict[int, tuple[dict, Scored]]] = {}
     for name, sha in experiments_of(project, git(project, "rev-parse", "HEAD").strip()):
         label, _, seed = name.removeprefix("l-").rpartition("-s")
+        if not (name.startswith("l-") and seed.isdigit()):
+            continue  # another experiment of this commit
         metrics, items = figures(project, sha)
-        if name.startswith("l-") and seed.isdigit() and metrics and items:
+        if metrics and items:
             runs.setdefault(label, {})[int(seed)] = (metrics, Scored.from_record(items))
     defaults = runs.pop(DEFAULT, {})
     floor = noise_floor(
@@ -247,7 +249,9 @@ def ledger_table(project: Path) -> str:
     base_speed = _speed(DEFAULT, list(defaults))
     for label, seeded in runs.items():
         e = effect({s: sc for s, (_, sc) in defaults.items()}, {s: sc for s, (_, sc) in seeded.items()})
-        what, source = INGREDIENTS[label][:2] if label in INGREDIENTS else ("the winners together", "")
+        parts = label.split("+")
+        what = " + ".join(INGREDIENTS[p][0] for p in parts if p in INGREDIENTS)
+        source = "; ".join(INGREDIENTS[p][1] for p in parts if p in INGREDIENTS)
         speed = _speed(label, e["seeds"])
         ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (not in this MLflow store)"
         lines.append(
@@ -382,6 +386,8 @@ def main() -> None:
             "combine": ["+".join(args.names)],
         }
         try:
+            if args.action == "combine" and len(args.names) < 2:
+                raise ValueError("combine takes two ingredients or more, e.g. combine relu2 normuon")
             runs = ledger_runs(names[args.action], seeds)
         except ValueError as e:
             sys.exit(f"ablation: error: {e}")

@@ -121,7 +121,10 @@ def test_a_model_outside_the_ladders_family_is_said_to_be_an_extrapolation():
     assert any(g.startswith("d_ff 688") for g in gaps) and any(g.startswith("n_head 4 ") for g in gaps)
     assert "an anneal of 280 steps after 490 (0.57 of them) where each rung cools down 0.2" in gaps[-1]
     deep = preset("cpu-demo", 4096, **ladder.shape.of(7)).math_dict()
-    assert family_gaps(family, deep) == ["depth 7, outside the rungs' 2 to 5"]
+    assert family_gaps(family, deep, (100, 20)) == ["depth 7, outside the rungs' 2 to 5"]
+    assert family_gaps(family, rung) == [
+        "not annealed (a stable phase's checkpoint), where every rung's endpoint is"
+    ]
 
 
 def test_a_law_fitted_to_its_own_values_comes_back():

@@ -293,7 +293,12 @@ def _ladder(args: argparse.Namespace) -> int:
             f"note: an extrapolation: the ladder's largest {size}; the interval covers the fit's "
             "uncertainty, not whether the law holds that far"
         )
-    family = fitted.get("family") or _family_in_conf()
+    family = fitted.get("family")
+    if family is None and (family := _family_in_conf()) is not None:
+        print(
+            "note: this fit records no family of rungs (made before 2026-12-03): it is read from this "
+            "project's conf"
+        )
     if family is None:
         print("note: this fit records no family of rungs (made before 2026-12-03), and no conf here does")
     elif run:

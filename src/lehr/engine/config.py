@@ -492,7 +492,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
             init_optimizer=b.init_optimizer,
             patience=b.patience,
             patience_from_step=start + (end - start) // 2,
-            tail_steps=round(b.tail_fraction * (end - start)),
+            tail_steps=max(1, round(b.tail_fraction * (end - start))) if b.tail_fraction else 0,
         )
 
     def grad_accum(self, world_size: int) -> int:

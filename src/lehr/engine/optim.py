@@ -446,10 +446,10 @@ def _exchange(
 def orthogonalise(
     matrices: list[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
 ) -> list[torch.Tensor]:
-    """Each matrix orthogonalised by ``method`` (by default torch.optim.Muon's Newton-Schulz, bit
-    for bit), with the matrices of one shape (a tall one transposed to wide) stacked into one
-    batched matmul, because a CPU runs a few large matmuls much faster than many small ones
-    (``bench/newton_schulz.py``)."""
+    """Each matrix orthogonalised by ``method`` (by default torch.optim.Muon's Newton-Schulz, within
+    bf16 rounding: ``_step_in_fp32``), with the matrices of one shape (a tall one transposed to
+    wide) stacked into one batched matmul, because a CPU runs a few large matmuls much faster than
+    many small ones (``bench/newton_schulz.py``)."""
     by_shape: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(matrices):
         by_shape.setdefault((min(m.shape), max(m.shape)), []).append(i)

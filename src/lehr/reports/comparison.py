@@ -29,20 +29,22 @@ def paired(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None, seed
     """``b - a`` as a weighted mean over paired items (each item's weight: its bytes, or 1), with
     the 2.5% and 97.5% points of that statistic over resampled items. ``a`` and ``b`` may hold one
     row per seed (seeds x items, the same items in each): a resample then draws items, and each
-    drawn item counts in every seed, so the interval is of the mean over the seeds."""
+    drawn item counts in every seed, so the interval is of the mean over the seeds (and says
+    nothing of how another seed would move it: ``lehr.reports.ledger``'s noise floor does)."""
     a, b = np.atleast_2d(np.asarray(a, dtype=np.float64)), np.atleast_2d(np.asarray(b, dtype=np.float64))
-    diff = b - a
-    w = np.broadcast_to(1.0 if weights is None else np.asarray(weights, dtype=np.float64), diff.shape)
+    w = np.broadcast_to(1.0 if weights is None else np.asarray(weights, dtype=np.float64), a.shape)
+    # An item drawn counts in every seed: its seeds' differences and weights resample as one.
+    diff, w = (b - a).sum(axis=0), w.sum(axis=0)
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, diff.shape[1], size=(RESAMPLES, diff.shape[1]))
-    stats = diff[:, picks].sum(axis=(0, 2)) / w[:, picks].sum(axis=(0, 2))
+    picks = rng.integers(0, len(diff), size=(RESAMPLES, len(diff)))
+    stats = diff[picks].sum(1) / w[picks].sum(1)
     lo, hi = np.percentile(stats, [2.5, 97.5])
     return {
         "diff": float(diff.sum() / w.sum()),
         "lo": float(lo),
         "hi": float(hi),
         "significant": bool(lo > 0 or hi < 0),
-        "n": diff.shape[1],
+        "n": len(diff),
     }
 
 

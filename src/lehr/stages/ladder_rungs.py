@@ -52,9 +52,11 @@ def family_gaps(family: dict, model: dict, decay: tuple[int, int] | None = None)
     ]
     if not min(depths) <= depth <= max(depths):
         gaps.append(f"depth {depth}, outside the rungs' {min(depths)} to {max(depths)}")
-    if decay is not None:
+    if decay is None:
+        gaps.append("not annealed (a stable phase's checkpoint), where every rung's endpoint is")
+    else:
         start, steps = decay
-        if start and abs(steps / start - family["decay_ratio"]) > 0.01:
+        if steps != max(1, round(family["decay_ratio"] * start)):  # a rung's rule (``rung_params``)
             gaps.append(
                 f"an anneal of {steps} steps after {start} ({steps / start:.2f} of them) where each rung "
                 f"cools down {family['decay_ratio']} of the steps before it"

@@ -89,19 +89,21 @@ class ShardedSaves:
 
 def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """The model (and optimizer) from a sharded checkpoint, resharded to this run's processes."""
+    saved = dcp.FileSystemReader(str(path / SHARDS)).read_metadata().state_dict_metadata
     state = parallel.sharded_state(model, optimizer)
-    if optimizer is not None and _make_room(path, model, optimizer):
+    if optimizer is not None and _make_room(saved, model, optimizer):
         state = parallel.sharded_state(model, optimizer)
+    if optimizer is not None:
+        _leave_out_unsaved(saved, state["optimizer"]["state"])
     dcp.load(state, checkpoint_id=path / SHARDS)
     parallel.load_sharded_state(model, optimizer, state)
 
 
-def _make_room(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+def _make_room(saved: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
     """DCP loads only what the state it is handed holds, and a fresh optimizer's state holds what
     its step makes: optimizer state of a parameter's shape that the checkpoint holds and the
     optimizer never makes itself (the tail's sums, ``run.tail``) gets a place first, as zeros of
     the parameter's layout. Returns whether any did."""
-    saved = dcp.FileSystemReader(str(path / SHARDS)).read_metadata().state_dict_metadata
     params, made = dict(model.named_parameters()), False
     for key, meta in saved.items():
         fqn, _, name = key.removeprefix("optimizer.state.").rpartition(".")
@@ -110,6 +112,14 @@ def _make_room(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
             optimizer.state[p][name] = torch.zeros_like(p, dtype=meta.properties.dtype)
             made = True
     return made
+
+
+def _leave_out_unsaved(saved: dict, per_param: dict) -> None:
+    """Optimizer state the checkpoint does not hold (a branch that turns on an ingredient with
+    state of its own, NorMuon's): left out of the load, so it starts from nothing, as on one process."""
+    for fqn, entries in per_param.items():
+        for name in [n for n in entries if f"optimizer.state.{fqn}.{n}" not in saved]:
+            del entries[name]
 
 
 def load_scaler(path: Path) -> dict:

@@ -40,7 +40,8 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
         run = Run(cfg, dist, load_callbacks(list(callback_specs)) if dist.is_main else [])
         if run.finished_before():
             return run.summary_of_finished()
-        stop = None
+        # A run that had stopped early and was killed before its end was saved stops again.
+        stop = run.prog.stopped
         with GracefulStop() as signals:
             while stop is None and run.prog.step < run.end_step():
                 result = run.step()
@@ -274,7 +275,10 @@ class Run:
         )
         self.prog.step += 1
         self.prog.tokens += cfg.batch_size * cfg.model.seq_len
-        if cfg.tail_steps and self.prog.step >= tail.first_step(self.decay_end, cfg.tail_steps):
+        if (
+            cfg.tail_steps
+            and tail.first_step(self.decay_end, cfg.tail_steps) <= self.prog.step <= self.decay_end
+        ):
             tail.add(trainee.model, trainee.optimizer)
         self.log.stepped()
         return step.StepResult(loss, grad_norm, lr)
@@ -407,8 +411,10 @@ class Run:
     # -- finish --------------------------------------------------------------------------------------
     def finish(self, stop: str | None, signal_name: str | None) -> dict:
         prog, cfg, log = self.prog, self.cfg, self.log
-        # The decay's end, or a policy's early stop: a run stopped short of both keeps its sums.
-        averaged = (stop not in (None, "signal") or prog.step >= self.decay_end) and self._average_tail()
+        # The decay's end, or a policy's early stop; a signal or a stop short of both keeps the sums
+        # (the run's next attempt averages and evaluates them).
+        ended = stop is not None or prog.step >= self.decay_end
+        averaged = stop != "signal" and ended and self._average_tail()
         if stop != "signal" and (averaged or not prog.evals or prog.evals[-1]["step"] != prog.step):
             self.evaluate()
         if stop != "signal":
@@ -433,7 +439,7 @@ class Run:
         """The tail's average takes the weights' place (an early stop averages what it reached);
         the final eval then scores it."""
         cfg, trainee = self.cfg, self.trainee
-        count = self.prog.step - tail.first_step(self.decay_end, cfg.tail_steps) + 1
+        count = min(self.prog.step, self.decay_end) - tail.first_step(self.decay_end, cfg.tail_steps) + 1
         if not cfg.tail_steps or not tail.average_into_weights(trainee.model, trainee.optimizer, count):
             return False
         self.log.info("tail averaging: the weights of the last %d steps averaged into the final model", count)

@@ -21,6 +21,7 @@ from lehr.engine.dist import parallel
 from lehr.engine.dist.distributed import Dist
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import Transformer
+from lehr.engine.run import tail
 from lehr.engine.run.stopping import Progress
 
 log = logging.getLogger("lehr.train")
@@ -77,6 +78,7 @@ def start(
                 ", ".join(changes),
             )
         _restore(path, state, trainee, cfg, dist, with_optimizer=cfg.init_optimizer)
+        tail.drop(trainee.optimizer)  # an origin saved inside its own tail: this branch sums its own
         checkpoint.seed_all(cfg.seed + state["progress"]["step"])  # fresh randomness for the branch
         prog = Progress(
             step=state["progress"]["step"],

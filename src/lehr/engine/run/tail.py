@@ -35,6 +35,12 @@ def add(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
             local_shard(state[KEY]).add_(local_shard(p))
 
 
+def drop(optimizer: torch.optim.Optimizer) -> None:
+    """Sums of another run's tail (an origin saved inside it), out of the state."""
+    for state in optimizer.state.values():
+        state.pop(KEY, None)
+
+
 def average_into_weights(model: torch.nn.Module, optimizer: torch.optim.Optimizer, count: int) -> bool:
     """Each weight replaced by its tail's mean over ``count`` steps, and the sums dropped; False
     when there is no tail to average (none begun, or averaged already)."""
