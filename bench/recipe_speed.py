@@ -3,6 +3,12 @@ replaced (AdamW, fp32, cpu-demo as it was: 4 x 192 wide, 32 x 128-token batches)
 interleaved rounds on this machine. Prints each and the ratio (issue goal: >= 1.15x).
 
     python bench/recipe_speed.py [--steps 40 --rounds 4]
+    python bench/recipe_speed.py --ingredients [value-embeds relu2 ...]   # the ledger's, vs the default
+
+With ``--ingredients`` (bench/ablation.py's; all of them when none is named), the default against
+the default with each ingredient on, in the same interleaved rounds: the ledger's tok/s column,
+measured side by side rather than from runs trained hours apart. An ingredient of the anneal alone
+(tail averaging) leaves the stable phase's speed as it is and is not timed.
 
 Speed only: both train the default model size on random tokens with evals and checkpoints off
 (the default run's logged tok/s leaves those out too).
@@ -18,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from ablation import INGREDIENTS, MODEL
 from lehr.engine.config import TrainConfig
 from lehr.engine.hardware import resolve
 from lehr.engine.model import preset
@@ -43,6 +50,21 @@ def default_recipe() -> dict:
     return dict(preset=p["model"]["preset"], overrides=p["model"]["overrides"], **{k: p[k] for k in keys})
 
 
+def with_ingredient(recipe: dict, settings: dict) -> dict | None:
+    """``recipe`` with an ingredient's ``-S`` settings applied (model overrides, or TrainConfig
+    fields as ``train``), or None for an ingredient of the anneal alone."""
+    if any(k.startswith("anneal.") for k in settings):
+        return None
+    overrides, train = dict(recipe["overrides"]), dict(recipe.get("train", {}))
+    for key, value in settings.items():
+        value = yaml.safe_load(str(value))  # as Hydra reads "true", "15", "relu2"
+        if key.startswith(f"{MODEL}."):
+            overrides[key.removeprefix(f"{MODEL}.")] = value
+        else:
+            train[key.removeprefix("pretrain.")] = value
+    return {**recipe, "overrides": overrides, "train": train}
+
+
 def config(recipe: dict, shards: Path, out: Path, vocab: int, warmup: int, steps: int) -> TrainConfig:
     return speed_config(
         preset(recipe["preset"], vocab, **recipe["overrides"]),
@@ -55,6 +77,7 @@ def config(recipe: dict, shards: Path, out: Path, vocab: int, warmup: int, steps
         optimizer=recipe["optimizer"],
         precision=recipe["precision"],
         compile=recipe["compile"],
+        **recipe.get("train", {}),
     )
 
 
@@ -64,13 +87,20 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--ingredients", nargs="*", choices=list(INGREDIENTS), help="the default against each")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     now = default_recipe()
+    if args.ingredients is None:
+        runs, base = {"before": BEFORE, "default": now}, "before"
+    else:
+        chosen = {n: with_ingredient(now, INGREDIENTS[n][2]) for n in args.ingredients or INGREDIENTS}
+        for name in [n for n, r in chosen.items() if r is None]:
+            print(f"{name:16} not timed: it changes the anneal alone, whose stable phase is the default's")
+        runs, base = {"default": now, **{n: r for n, r in chosen.items() if r is not None}}, "default"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shards = synthetic_shards(tmp / "shards", args.vocab)
-        runs = {"before": BEFORE, "default": now}
         measured: dict[str, list[float]] = {name: [] for name in runs}
         # Interleaved, so drift in machine speed hits both alike, each first in every other round.
         for r in range(args.rounds):
@@ -82,13 +112,14 @@ def main() -> None:
         hw = resolve(cfg.device, cfg.precision, None)
         m = cfg.model
         print(
-            f"{name:8} {statistics.median(measured[name]):8,.0f} tok/s   {cfg.optimizer}, {hw.precision}, "
+            f"{name:16} {statistics.median(measured[name]):8,.0f} tok/s   {cfg.optimizer}, {hw.precision}, "
             f"compile {cfg.compile}, {m.n_layer} x {m.d_model} wide, qk_norm {m.qk_norm}, "
             f"{cfg.batch_size} x {m.seq_len} tokens (micro {cfg.micro_batch})   "
             f"(rounds: {', '.join(f'{x:,.0f}' for x in measured[name])})"
         )
-    ratio = statistics.median(measured["default"]) / statistics.median(measured["before"])
-    print(f"ratio default/before  {ratio:.3f}x   (goal >= 1.15x)")
+    for name in [n for n in runs if n != base]:
+        ratio = statistics.median(measured[name]) / statistics.median(measured[base])
+        print(f"ratio {name}/{base}  {ratio:.3f}x" + ("   (goal >= 1.15x)" if base == "before" else ""))
 
 
 if __name__ == "__main__":
