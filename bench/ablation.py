@@ -175,6 +175,11 @@ INGREDIENTS = {
         {"pretrain.muon_orthogonaliser": "polar_express"},
     ),
     "normuon": ("NorMuon, beta2 0.95", "arXiv 2510.05491; nanochat", {"pretrain.muon_normuon_beta2": 0.95}),
+    "packing": (
+        "whole documents packed from each row's start, best fit",
+        "nanochat (BOS-aligned best fit)",
+        {"pretrain.packing": "bos_best_fit"},
+    ),
     # The anneal's alone. Its experiment trains the stable phase again (DVC's run cache skips a
     # stage with persistent outputs), to the default's bits: the same code, settings and seeds.
     "tail-average": (

@@ -92,12 +92,12 @@ def _branches(args: argparse.Namespace) -> int:
 
 def _ingredients(state: dict) -> list[str]:
     """The recipe's ingredients a checkpoint was trained with (a record leaves out those off)."""
-    from lehr.engine.config import MUON_INGREDIENTS
+    from lehr.engine.config import RUN_INGREDIENTS
     from lehr.engine.model import ModelConfig
 
     math = state.get("config_math", {})
     model = ModelConfig(**state["config"]["model"]).ingredients
-    return model + [f"{k}={math[k]}" for k in MUON_INGREDIENTS if k in math]
+    return model + [f"{k}={math[k]}" for k in RUN_INGREDIENTS if k in math]
 
 
 def _info(args: argparse.Namespace) -> int:

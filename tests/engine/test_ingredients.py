@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_model
@@ -17,6 +18,7 @@ from lehr.config_parts import ConfigError
 from lehr.engine import optim
 from lehr.engine.artifacts.checkpoint import CheckpointError, load_weights
 from lehr.engine.artifacts.export import ExportError, export_hf, export_plain, load_export
+from lehr.engine.batches import DataError, Documents, ShardSet, Source, TrainStream
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist.launch import Launch
 from lehr.engine.memory import Setup, estimate, parameter_count
@@ -33,11 +35,12 @@ MUON_ON = dict(
     muon_normuon_beta2=0.95,
 )
 MUON_FIELDS = {"muon_orthogonaliser", "muon_cautious_decay", "muon_normuon_beta2"}
+DATA_ON = dict(packing="bos_best_fit")
 STEPS = dict(planned_steps=12, micro_batch=2, eval_every=6, ckpt_every=4)
 
 
 def all_on(tiny_config, **overrides) -> TrainConfig:
-    return tiny_config(model=preset("tiny", 512, **MODEL_ON), **MUON_ON, **STEPS, **overrides)
+    return tiny_config(model=preset("tiny", 512, **MODEL_ON), **MUON_ON, **DATA_ON, **STEPS, **overrides)
 
 
 def test_off_is_the_plain_model_and_its_math_hash(tiny_config):
@@ -45,8 +48,8 @@ def test_off_is_the_plain_model_and_its_math_hash(tiny_config):
     before they existed resume, and keep their names."""
     plain = tiny_config()
     assert plain.model.ingredients == [] and not set(INGREDIENTS) & set(plain.model.math_dict())
-    assert not MUON_FIELDS & set(plain.math_fields())
-    assert set(all_on(tiny_config).math_fields()) >= MUON_FIELDS
+    assert not (MUON_FIELDS | set(DATA_ON)) & set(plain.math_fields())
+    assert set(all_on(tiny_config).math_fields()) >= MUON_FIELDS | set(DATA_ON)
 
 
 @pytest.mark.parametrize("field", ["layer_scalars", "value_embeds"])
@@ -174,6 +177,63 @@ def test_normuon_evens_out_the_neurons_steps_and_keeps_the_updates_norm():
     assert torch.equal(skipped, once) and torch.equal(skipped_moment, once_moment)
 
 
+def documents(*docs: list[int], eot: int = 0) -> tuple[Documents, list[np.ndarray]]:
+    """A tier of one shard holding ``docs``, each led by the end-of-text of the one before."""
+    shard = np.array([t for doc in docs for t in (eot, *doc)], dtype=np.uint16)
+    return Documents.index(Source("train/t", [shard], len(shard), len(shard)), eot, row_len=6), [shard]
+
+
+def test_packing_fills_a_row_with_the_largest_documents_that_fit_then_crops_the_shortest():
+    """nanochat's best fit: a 4-token document, then the 2-token one that fills the row (not the
+    3-token one a first fit might take); when nothing fits, the shortest, cropped."""
+    docs, shards = documents([1, 1, 1], [2], [3, 3])
+    assert docs.length.tolist() == [4, 2, 3]
+    assert docs.pack(shards, 1, np.random.default_rng(0))[0].tolist() == [0, 1, 1, 1, 0, 2]
+    cropped, shards = documents([1, 1, 1, 1], [2, 2, 2])
+    # 5 fits, then nothing fits the one token left: the shortest (4), cropped to its first token.
+    assert cropped.pack(shards, 1, np.random.default_rng(0))[0].tolist() == [0, 1, 1, 1, 1, 0]
+
+
+def test_a_document_longer_than_a_row_is_cut_into_rows_of_its_own():
+    """Where nanochat crops it (and never trains on the rest), every token stays reachable."""
+    docs, shards = documents([5] * 9, [6] * 7)
+    assert list(zip(docs.start.tolist(), docs.length.tolist())) == [(0, 6), (6, 4), (10, 6), (16, 2)]
+    row = docs.pack(shards, 1, np.random.default_rng(0))[0].tolist()
+    assert row in ([0, 5, 5, 5, 5, 5], [0, 6, 6, 6, 6, 6])  # a first piece: a whole row
+
+
+def test_packed_rows_hold_whole_documents_and_a_steps_rows_are_drawn_again_alike(smoke_shards):
+    """On real shards: every row is whole documents (or pieces) but the last, which is the start of
+    one, and a step's rows are the same when drawn again (resume)."""
+    shards = ShardSet(smoke_shards, 512, 64)
+    stream = TrainStream(shards, 64, data_seed=1, packing="bos_best_fit")
+    mix = {"gold": 1.0, "silver": 1.0}
+    batch = stream.global_batch(3, 16, mix)
+    pieces: dict[int, set] = {}
+    for tier in ("gold", "silver"):
+        d = stream.documents(tier)
+        for i, s, n in zip(d.shard, d.start, d.length):
+            pieces.setdefault(int(n), set()).add(tuple(shards.sources[f"train/{tier}"].shards[i][s : s + n]))
+
+    def packed(row: tuple, at: int = 0) -> bool:
+        rest = row[at:]
+        if any(p[: len(rest)] == rest for ps in pieces.values() for p in ps):
+            return True  # the last: a piece, whole or cropped
+        return any(row[at : at + n] in ps and packed(row, at + n) for n, ps in pieces.items())
+
+    assert all(packed(tuple(row)) for row in batch)
+    assert np.array_equal(stream.global_batch(3, 16, mix), batch)
+    # Every token is reachable: the pieces of documents that go on across shards too.
+    for tier in ("gold", "silver"):
+        assert stream.documents(tier).length.sum() == shards.sources[f"train/{tier}"].n_tokens
+
+
+def test_packing_a_tier_without_documents_is_refused_naming_the_fix():
+    shard = np.arange(1, 40, dtype=np.uint16)  # no end-of-text (0) anywhere
+    with pytest.raises(DataError, match="train/t holds no end-of-text token.*set pretrain.packing: windows"):
+        Documents.index(Source("train/t", [shard], 39, 39), 0, row_len=6)
+
+
 def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly(
     tiny_config, trained, tmp_path
 ):
@@ -220,6 +280,7 @@ def test_every_ingredient_on_trains_alike_under_ddp_and_fsdp_and_resumes_exactly
         (dict(muon_orthogonaliser="polar"), "muon_orthogonaliser = 'polar' must be one of"),
         (dict(muon_normuon_beta2=1.0), r"muon_normuon_beta2 = 1.0 must lie in \[0, 1\)"),
         (dict(optimizer="adamw", muon_normuon_beta2=0.95), "muon_normuon_beta2 = 0.95 is Muon's"),
+        (dict(packing="bos"), "packing = 'bos' must be one of"),
     ],
 )
 def test_a_muon_ingredient_where_it_cannot_apply_is_refused_by_name(tiny_config, overrides, said):
@@ -293,7 +354,8 @@ def test_lehr_info_names_the_ingredients_a_checkpoint_was_trained_with(tiny_conf
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ingredients"))
     assert line.split(None, 1)[1].strip() == (
         "mlp=relu2, logit_softcap=15.0, layer_scalars=True, value_embeds=True, "
-        "muon_orthogonaliser=polar_express, muon_cautious_decay=True, muon_normuon_beta2=0.95"
+        "muon_orthogonaliser=polar_express, muon_cautious_decay=True, muon_normuon_beta2=0.95, "
+        "packing=bos_best_fit"
     )
 
 

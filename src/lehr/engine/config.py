@@ -31,6 +31,7 @@ from lehr.config_parts import (
     resumable,
     setting,
 )
+from lehr.engine.batches import PACKINGS
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
 from lehr.engine.optim import MUON_WORK, OPTIMIZERS, ORTHOGONALISERS
@@ -59,6 +60,7 @@ class ScheduleConfig(Part):
 
 
 MUON_INGREDIENTS = ("muon_orthogonaliser", "muon_cautious_decay", "muon_normuon_beta2")  # docs/recipe.md
+RUN_INGREDIENTS = (*MUON_INGREDIENTS, "packing")  # the recipe's ingredients that are not the model's
 
 
 def _under_muon(cfg: OptimizerConfig) -> bool:
@@ -92,12 +94,6 @@ class OptimizerConfig(Part):
     # Under DDP or FSDP: shared = each process orthogonalises its share of Muon's matrices
     # (balanced by cost) and they swap results; redundant = each does all of them. The same update.
     muon_work: Literal[MUON_WORK] = setting("shared", resumable=True)
-
-    @property
-    def muon_ingredients(self) -> list[str]:
-        """Muon's ingredients in use, as ``field=value``."""
-        unused = not_in_use(self)
-        return [f"{k}={getattr(self, k)}" for k in MUON_INGREDIENTS if k not in unused]
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
@@ -134,6 +130,9 @@ class DataConfig(Part):
     """What a step draws: how many sequences, split how, from which tiers."""
 
     data_seed: int = 1  # training windows; an anneal branch takes a fresh one
+    # What a row holds (lehr.engine.batches): a window at a random position, or whole documents
+    # from its start, best fit (nanochat's BOS-aligned packing; docs/recipe.md).
+    packing: Literal[PACKINGS] = setting("windows", off="windows")
     batch_size: int = 16  # sequences per optimizer step, all processes and micro-batches together
     micro_batch: int = setting(
         8, resumable=True
@@ -494,6 +493,12 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
             patience_from_step=start + (end - start) // 2,
             tail_steps=max(1, round(b.tail_fraction * (end - start))) if b.tail_fraction else 0,
         )
+
+    @property
+    def ingredients(self) -> list[str]:
+        """The run's ingredients in use (the model's are ``model.ingredients``), as ``field=value``."""
+        unused = not_in_use(self)
+        return [f"{k}={getattr(self, k)}" for k in RUN_INGREDIENTS if k not in unused]
 
     def grad_accum(self, world_size: int) -> int:
         per_step = self.micro_batch * world_size

@@ -156,7 +156,7 @@ class Run:
             self.hw.name,
             self.hw.precision,
         )
-        if ingredients := cfg.model.ingredients + cfg.muon_ingredients:
+        if ingredients := cfg.model.ingredients + cfg.ingredients:
             log.info("ingredients: %s (docs/recipe.md)", ", ".join(ingredients))
         per = "GPU" if self.hw.device.type == "cuda" else "process, in RAM"
         log.info(

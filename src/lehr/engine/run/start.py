@@ -49,7 +49,7 @@ def build(cfg: TrainConfig, hw: Hardware, shards: ShardSet) -> Trainee:
         model,
         optim.build(model, cfg),
         hw.grad_scaler(),
-        TrainStream(shards, cfg.model.seq_len, cfg.data_seed),
+        TrainStream(shards, cfg.model.seq_len, cfg.data_seed, cfg.packing),
         fp8_layers,
     )
 
