@@ -74,7 +74,9 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     cwd, person = ROOT, {**env(), "LEHR_MLFLOW": "1"}
     for line in tour():
         run = as_run_here(line, sandbox)
+        started = time.monotonic()
         proc = subprocess.run(["bash", "-c", run], cwd=cwd, env=person, capture_output=True, text=True)
+        print(f"{time.monotonic() - started:6.1f} s  {line}")  # where the tour's time goes (pytest -s)
         assert proc.returncode == 0, (
             f"{line}\nexited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         )
