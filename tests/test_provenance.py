@@ -20,3 +20,4 @@ def test_inputs_are_hashed_from_the_files_read(tmp_path, smoke_shards):
         prov["inputs"][str(ckpt / "state.json")] == hashlib.sha256(b'{"progress": {"step": 3}}').hexdigest()
     )
     assert "dvc_lock" not in prov  # a lock entry can describe another profile's run
+    assert "git_commit" not in prov  # a checkpoint is the same bytes at any commit of the same code

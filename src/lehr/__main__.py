@@ -108,7 +108,6 @@ def _info(args: argparse.Namespace) -> int:
     prov, prog, ev = state.get("provenance", {}), state["progress"], _last_eval(state["progress"])
     lines = {
         "checkpoint": args.checkpoint,
-        "git commit": f"{prov.get('git_commit', 'unknown')}{' (dirty)' if prov.get('git_dirty') else ''}",
         "stage": prov.get("stage", "?"),
         "engine code sha256": state.get("code", {}).get("sha256", "not recorded"),
         "step": prog["step"],
@@ -130,13 +129,12 @@ def _info(args: argparse.Namespace) -> int:
     other = versions.differing(state.get("versions"))
     if other:
         lines["versions here differ"] = ", ".join(other)
-    # Which code and commit trained which steps (a resume under new code, a branch's origin).
+    # Which code trained which steps (a resume under new code, a branch's origin). The commit is
+    # in MLflow's tags, not here: a checkpoint is the same bytes at any commit of the same code.
     for i, part in enumerate(prog.get("trained_by", [])):
         until = prog["trained_by"][i + 1]["from_step"] if i + 1 < len(prog["trained_by"]) else prog["step"]
-        lines[f"trained steps {part['from_step']}-{until} by"] = (
-            f"code {part['code_sha256'][:16]} at commit {part['git_commit']}"
-            + (" (dirty)" if part.get("git_dirty") else "")
-            + "".join(f", {k} {v}" for k, v in part.get("versions", {}).items() if k != "python")
+        lines[f"trained steps {part['from_step']}-{until} by"] = f"code {part['code_sha256'][:16]}" + "".join(
+            f", {k} {v}" for k, v in part.get("versions", {}).items() if k != "python"
         )
     lines.update({f"held-out heldout.{k}": f"{v:.4f}" for k, v in ev.get("heldout", {}).items()})
     lines.update({f"input {path}": digest for path, digest in prov.get("inputs", {}).items()})

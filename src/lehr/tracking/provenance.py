@@ -1,5 +1,8 @@
-"""Where a result came from: git commit, data hashes, versions. Stored in every checkpoint's
-state and tagged on every MLflow run."""
+"""Where a result came from. The data hashes and the profile are stored in every checkpoint's
+state; the git commit is tagged on every MLflow run only. A checkpoint is a DVC output, and what
+DVC hashes must not change with the commit a process ran at (a fresh clone of a later commit
+reproduces the lock): the code's identity (``lehr.engine.artifacts.code_identity``), which every
+checkpoint records, is what says which code made it."""
 
 from __future__ import annotations
 
@@ -38,7 +41,6 @@ def collect(stage: str, manifest: dict, checkpoints: dict[str, Path] | None = No
     for path in (checkpoints or {}).values():
         inputs[portable(state_file(path))] = hashlib.sha256(state_file(path).read_bytes()).hexdigest()
     return {
-        **git_info(),
         "stage": stage,
         "profile": os.environ.get("LEHR_PROFILE"),  # the Kedro env (set by the ConfigInForce hook)
         "manifest_sha256": inputs[portable(manifest_file)],

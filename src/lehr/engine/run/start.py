@@ -90,20 +90,18 @@ def start(
         prog = Progress()
     if not prog.world_sizes or prog.world_sizes[-1][1] != dist.world:
         prog.world_sizes.append([prog.step, dist.world])  # [from step, processes]: the run's history
-    _record_trainer(prog, cfg, mode)
+    _record_trainer(prog, mode)
     return mode, path, prog
 
 
-def _record_trainer(prog: Progress, cfg: TrainConfig, mode: str) -> None:
-    """Add this process's code and commit to the run's history when they are not those of the
-    range before (a resume by the same code and commit adds nothing: its record equals an
-    uninterrupted run's)."""
+def _record_trainer(prog: Progress, mode: str) -> None:
+    """Add this process's code and versions to the run's history when they are not those of the
+    range before (a resume by the same code adds nothing: its record equals an uninterrupted
+    run's). Not the git commit: the same code at a later commit makes the same checkpoint."""
     me = {
         "from_step": prog.step,
         "code_sha256": code_identity.of_training().sha256,
         "versions": versions.deciding(),
-        "git_commit": cfg.provenance.get("git_commit"),
-        "git_dirty": cfg.provenance.get("git_dirty"),
     }
     last = prog.trained_by[-1] if prog.trained_by else None
     same = last is not None and all(last.get(k) == me[k] for k in me if k != "from_step")

@@ -34,8 +34,8 @@ class Progress:
     spikes_total: int = 0  # updates skipped as loss spikes
     loss_window: dict = field(default_factory=dict)  # the spike guard's recent losses (guard.StepGuard)
     world_sizes: list = field(default_factory=list)  # [[from step, processes], ...] over the run's life
-    # [{from_step, code_sha256, git_commit, git_dirty}, ...]: which code (``code_identity``) and
-    # commit trained each step range, a branch's starting with those of the checkpoint it grew from
+    # [{from_step, code_sha256, versions}, ...]: which code (``code_identity``) and versions trained
+    # each step range, a branch's starting with those of the checkpoint it grew from
     trained_by: list = field(default_factory=list)
     stopped: str | None = None  # why the run ended (early stop, ...); None while it runs or at its end
 
