@@ -193,3 +193,35 @@ def test_every_catalog_type_resolves_to_its_class():
     for name in lehr.catalog.__all__:
         cls = getattr(lehr.catalog, name)
         assert isinstance(cls, type) and cls.__name__ == name
+
+
+def test_the_committed_dvc_lock_is_of_the_committed_code_and_params(tmp_path):
+    """A fresh clone's `make run` leaves `git status` clean only if `dvc.lock` records the code and
+    params of its own commit: a commit that changes a stage's code or params brings the lock of a
+    real run with it (docs/default_run.md). Checked on a clone of the commit, not the workspace, so
+    that an edit in progress is no failure here. The ladder's lock (ladder/dvc.lock) is its own run's."""
+    import json
+    import subprocess
+    import sys
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json", "dvc.yaml"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    stale = {
+        f"{stage}: {dep}"
+        for stage, entries in json.loads(out.stdout or "{}").items()
+        for entry in entries
+        if isinstance(entry, dict)
+        for dep in entry.get("changed deps", {})
+        if not dep.startswith("data/")  # the outputs a fresh clone has yet to build
+    }
+    assert not stale, (
+        f"dvc.lock is not of this commit's code and params ({', '.join(sorted(stale))}): run `make run` "
+        "and commit its dvc.lock (a stage whose run finished under the same code re-runs in seconds)"
+    )
