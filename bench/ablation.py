@@ -259,7 +259,7 @@ def ledger_table(project: Path) -> str:
         what = " + ".join(INGREDIENTS[p][0] for p in parts if p in INGREDIENTS)
         source = "; ".join(INGREDIENTS[p][1] for p in parts if p in INGREDIENTS)
         speed = _speed(label, e["seeds"])
-        ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (not in this MLflow store)"
+        ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (no timing in this MLflow store)"
         lines.append(
             f"| {what} | {source} | {', '.join(map(str, e['seeds']))} | "
             f"{e['diff']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}] | {verdict(e, floor.floor)} | {ratio} |"
@@ -345,7 +345,7 @@ def table(names: list[str]) -> str:
             wall = f"{sum(c['wall_seconds'] for c in clock.values()) / 60:.1f} min"
             tok_s = f"{clock['pretrain_stable']['tok_per_s']:,}"
         else:
-            wall = tok_s = "- (not in this MLflow store)"
+            wall = tok_s = "- (no timing in this MLflow store)"
         pre, end = scored["pre_anneal"], scored["anneal"]
         lines.append(
             f"| {name} | {ROWS[name][0]} | {pre['heldout']['bpb']:.3f} | **{end['heldout']['bpb']:.3f}** | "
@@ -371,7 +371,14 @@ def timing(name: str, stage: str) -> dict | None:
     if not runs:
         return None
     file = "stable.json" if stage == "pretrain_stable" else "anneal.json"
-    local = mlflow.artifacts.download_artifacts(run_id=runs[0].info.run_id, artifact_path=f"reports/{file}")
+    try:
+        local = mlflow.artifacts.download_artifacts(
+            run_id=runs[0].info.run_id, artifact_path=f"reports/{file}"
+        )
+    except mlflow.exceptions.MlflowException:
+        # A store whose experiment a queued run created before lehr placed its artifacts beside the
+        # store (2026-12-04) kept them in DVC's temporary workspace, which DVC has deleted since.
+        return None
     return json.loads(Path(local).read_text())
 
 

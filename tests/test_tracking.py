@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 
-from lehr.tracking import step_forwarder
+from lehr.tracking import hooks, step_forwarder
 
 
 def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monkeypatch):
@@ -80,3 +82,24 @@ def test_a_store_that_never_recovers_costs_a_warning_not_the_run(monkeypatch, ca
         forward.close()
     assert "could not log metrics (connection refused)" in caplog.text
     assert "2 metric value(s) could not be logged and were dropped" in caplog.text
+
+
+def test_a_queued_experiment_that_opens_a_new_store_keeps_its_artifacts_in_the_project(tmp_path, monkeypatch):
+    """A queued `dvc exp run` runs in a temporary copy of the project (DVC_ROOT names the project):
+    the store, and the artifacts of the experiment it creates, are the project's, not that copy's."""
+    project, workspace = tmp_path / "project", tmp_path / "project/.dvc/tmp/exps/tmp1"
+    workspace.mkdir(parents=True)
+    monkeypatch.chdir(workspace)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    uri = hooks.project_store("sqlite:///mlflow.db")
+    mlflow.set_tracking_uri(uri)
+    try:
+        hooks.use_experiment(uri, "lehr")
+        with mlflow.start_run() as run:
+            mlflow.log_text("{}", "reports/stable.json")
+        where = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="reports"))
+    finally:
+        mlflow.set_tracking_uri("")
+    assert (project / "mlflow.db").is_file() and not (workspace / "mlruns").exists()
+    assert (project / "mlruns" / "lehr" / run.info.run_id / "artifacts/reports/stable.json").is_file()
+    assert (where / "stable.json").read_text() == "{}"

@@ -97,7 +97,7 @@ class MlflowTracking:
 
         mlflow.set_tracking_uri(uri)
         with first_use(uri):  # two experiments of `dvc queue start -j 2` may open a new store at once
-            mlflow.set_experiment(self._settings.get("experiment", "lehr"))
+            use_experiment(uri, self._settings.get("experiment", "lehr"))
         names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         stage = ",".join(names)
         # One dvc repro / dvc exp run spawns one process per stage; the experiment name (DVC sets it
@@ -198,6 +198,19 @@ def project_store(uri: str) -> str:
     if "://" not in uri and not uri.startswith("file:") and not Path(uri).is_absolute():
         return str((root / uri).resolve())
     return uri
+
+
+def use_experiment(uri: str, name: str) -> None:
+    """Make ``name`` MLflow's active experiment, creating it with its artifacts beside a local
+    store. MLflow's own default, ``./mlruns`` of the process's working directory, would be inside
+    DVC's temporary workspace when a queued experiment is the store's first user: DVC deletes that
+    folder after the run, and with it the artifacts of every later run of the experiment."""
+    import mlflow
+
+    if uri.startswith("sqlite:///") and mlflow.get_experiment_by_name(name) is None:
+        store = Path(uri.removeprefix("sqlite:///")).parent
+        mlflow.create_experiment(name, artifact_location=(store / "mlruns" / name).as_uri())
+    mlflow.set_experiment(name)
 
 
 @contextlib.contextmanager
