@@ -99,7 +99,7 @@ def test_a_queued_experiment_that_opens_a_new_store_keeps_its_artifacts_in_the_p
             mlflow.log_text("{}", "reports/stable.json")
         where = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="reports"))
     finally:
-        mlflow.set_tracking_uri("")
+        mlflow.set_tracking_uri(None)
     assert (project / "mlflow.db").is_file() and not (workspace / "mlruns").exists()
     assert (project / "mlruns" / "lehr" / run.info.run_id / "artifacts/reports/stable.json").is_file()
     assert (where / "stable.json").read_text() == "{}"
