@@ -92,6 +92,8 @@ def test_a_queued_experiment_that_opens_a_new_store_keeps_its_artifacts_in_the_p
     monkeypatch.chdir(workspace)
     monkeypatch.setenv("DVC_ROOT", str(project))
     uri = hooks.project_store("sqlite:///mlflow.db")
+    # MLflow remembers the active experiment's id in the process; this store starts without one.
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
     mlflow.set_tracking_uri(uri)
     try:
         hooks.use_experiment(uri, "lehr")
@@ -103,3 +105,28 @@ def test_a_queued_experiment_that_opens_a_new_store_keeps_its_artifacts_in_the_p
     assert (project / "mlflow.db").is_file() and not (workspace / "mlruns").exists()
     assert (project / "mlruns" / "lehr" / run.info.run_id / "artifacts/reports/stable.json").is_file()
     assert (where / "stable.json").read_text() == "{}"
+
+
+def test_an_experiment_whose_artifacts_are_in_a_deleted_copy_is_named_with_the_way_out(
+    tmp_path, monkeypatch, caplog
+):
+    """A store made before lehr placed the artifacts (its experiment created by a queued run) keeps
+    a location DVC deleted: every stage says so, naming the fix, and still tracks the run."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.create_experiment(
+            "lehr", artifact_location=(tmp_path / ".dvc/tmp/exps/tmp1/mlruns/1").as_uri()
+        )
+        with caplog.at_level("WARNING"):
+            hooks.use_experiment(uri, "lehr")
+        assert (
+            mlflow.get_experiment_by_name("lehr").experiment_id
+            == mlflow.tracking.fluent._active_experiment_id
+        )
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert "inside a temporary copy of the project that DVC deletes" in caplog.text
+    assert "conf/base/mlflow.yml" in caplog.text

@@ -110,8 +110,11 @@ def _info(args: argparse.Namespace) -> int:
         "checkpoint": args.checkpoint,
         "stage": prov.get("stage", "?"),
         "engine code sha256": state.get("code", {}).get("sha256", "not recorded"),
-        # A checkpoint is the same bytes at any commit of its code, so DVC's lock holds at every one.
-        "git commit": "not in a checkpoint: MLflow's run of the stage has it (tag git_commit)",
+        # A checkpoint is the same bytes at any commit of its code, so DVC's lock holds at every one
+        # (checkpoints made before 2026-12-04 still name theirs).
+        "git commit": f"{prov['git_commit']} (recorded before 2026-12-04)"
+        if "git_commit" in prov
+        else "not in a checkpoint: MLflow's run of the stage has it (tag git_commit)",
         "step": prog["step"],
         "tokens seen": f"{prog['tokens']:,}",
         "config hash": state["math_hash"],

@@ -442,7 +442,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
     out_dir: str = setting(resumable=True)  # this run's rolling checkpoints and metrics.jsonl
     init_from: str | None = setting(None, resumable=True)  # checkpoint to branch from when out_dir holds none
     init_optimizer: bool = setting(True, resumable=True)  # branch with the optimizer state too
-    # git commit, data hashes... stored in checkpoints
+    # data hashes, profile, stage (lehr.tracking.provenance), stored in checkpoints; no commit
     provenance: dict = setting(factory=dict, resumable=True)
     task_files: dict[str, str] = setting(
         factory=dict, resumable=True

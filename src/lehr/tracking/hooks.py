@@ -201,15 +201,26 @@ def project_store(uri: str) -> str:
 
 
 def use_experiment(uri: str, name: str) -> None:
-    """Make ``name`` MLflow's active experiment, creating it with its artifacts beside a local
-    store. MLflow's own default, ``./mlruns`` of the process's working directory, would be inside
-    DVC's temporary workspace when a queued experiment is the store's first user: DVC deletes that
-    folder after the run, and with it the artifacts of every later run of the experiment."""
+    """Make ``name`` MLflow's active experiment, creating it with its artifacts in the project's
+    ``mlruns/<name>`` when the store is a database (a server keeps its own). MLflow's default,
+    ``./mlruns`` of the process's working directory, is DVC's temporary copy of the project when a
+    queued experiment is the store's first user: DVC deletes it after the run, and with it the
+    artifacts of every later run of the experiment. A store made so is named, with the way out."""
     import mlflow
 
-    if uri.startswith("sqlite:///") and mlflow.get_experiment_by_name(name) is None:
-        store = Path(uri.removeprefix("sqlite:///")).parent
-        mlflow.create_experiment(name, artifact_location=(store / "mlruns" / name).as_uri())
+    existing = mlflow.get_experiment_by_name(name)
+    if existing is None and "://" in uri and not uri.startswith(("http://", "https://", "file:")):
+        root = Path(os.environ.get("DVC_ROOT", ".")).resolve()
+        mlflow.create_experiment(name, artifact_location=(root / "mlruns" / name).as_uri())
+    elif existing is not None and "/.dvc/tmp/" in existing.artifact_location:
+        log.warning(
+            "MLflow experiment %r keeps its artifacts in %s, inside a temporary copy of the project "
+            "that DVC deletes (a queued experiment created it): its runs' reports are lost. Name a "
+            "new experiment in conf/base/mlflow.yml (experiment: ...), which lehr creates with its "
+            "artifacts in the project's mlruns/ (docs/tracking.md).",
+            name,
+            existing.artifact_location,
+        )
     mlflow.set_experiment(name)
 
 

@@ -28,7 +28,7 @@ class State:
 
     progress: dict = field(default_factory=dict)  # step, tokens, evals, best_loss, trained_by, ...
     config: dict = field(default_factory=dict)  # the resolved TrainConfig (``model`` as its math dict)
-    provenance: dict = field(default_factory=dict)  # commit, profile, stage, inputs' sha256
+    provenance: dict = field(default_factory=dict)  # profile, stage, inputs' sha256 (no commit)
     math_hash: str = ""
     manifest_sha256: str = ""
     tokenizer_sha256: str = ""
