@@ -104,8 +104,8 @@ def test_info_cli_names_the_code_config_and_data_and_no_output_holds_the_commit(
     # later commit makes the same dvc.lock.
     head = sh(repo, "git", "rev-parse", "HEAD").stdout.strip()
     stages = yaml.safe_load((repo / "dvc.lock").read_text())["stages"].values()
-    for out in sorted({entry["path"] for stage in stages for entry in stage.get("outs", [])}):
-        root = repo / out
+    for path in sorted({entry["path"] for stage in stages for entry in stage.get("outs", [])}):
+        root = repo / path
         for f in [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()):
             data = f.read_bytes()
             assert head.encode() not in data and b"git_commit" not in data, f

@@ -3,6 +3,11 @@ every params key a stage lists exists, and each smoke override names real keys."
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import yaml
 from kedro.config import OmegaConfigLoader
@@ -201,11 +206,6 @@ def test_the_committed_dvc_lock_is_of_the_committed_code_and_params(tmp_path):
     lock of a real run with it (docs/default_run.md). Checked on a clone of the commit, not the
     workspace, so that an edit in progress is no failure here. The ladder's lock (ladder/dvc.lock) is
     its own run's."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     # DVC keeps a state database per repository in its site cache: this throwaway clone's goes with it.

@@ -188,11 +188,16 @@ class MlflowTracking:
         self._run = None
 
 
+def _project_root() -> Path:
+    """The project: DVC_ROOT inside a queued experiment's temporary copy, else where Kedro runs."""
+    return Path(os.environ.get("DVC_ROOT", "."))
+
+
 def project_store(uri: str) -> str:
     """A local store named relative to the project, made absolute. A queued `dvc exp run` runs in
     a temporary copy of the project that DVC deletes afterwards; DVC_ROOT names the project itself
     there, so the experiment's runs land in the project's store beside every other run."""
-    root = Path(os.environ.get("DVC_ROOT", "."))
+    root = _project_root()
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{(root / uri.removeprefix('sqlite:///')).resolve()}"
     if "://" not in uri and not uri.startswith("file:") and not Path(uri).is_absolute():
@@ -210,8 +215,9 @@ def use_experiment(uri: str, name: str) -> None:
 
     existing = mlflow.get_experiment_by_name(name)
     if existing is None and "://" in uri and not uri.startswith(("http://", "https://", "file:")):
-        root = Path(os.environ.get("DVC_ROOT", ".")).resolve()
-        mlflow.create_experiment(name, artifact_location=(root / "mlruns" / name).as_uri())
+        mlflow.create_experiment(
+            name, artifact_location=(_project_root().resolve() / "mlruns" / name).as_uri()
+        )
     elif existing is not None and "/.dvc/tmp/" in existing.artifact_location:
         log.warning(
             "MLflow experiment %r keeps its artifacts in %s, inside a temporary copy of the project "
