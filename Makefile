@@ -70,10 +70,11 @@ smoke: setup
 test: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	# A worker per core and one more (a worker waiting on a subprocess or a kill test's timing
-	# leaves a core idle otherwise), each test file on one worker (its module fixtures built
-	# once), in the order tests/conftest.py gives (the longest first), not xdist's (most tests first).
-	$(BIN)/python -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder
+	# A worker per core and two more (a worker waiting on a subprocess or a kill test's timing
+	# leaves a core idle otherwise: on 2 cores, 4 workers took 675 s where 3 took 782, 2026-12-04),
+	# each test file on one worker (its module fixtures built once), in the order tests/conftest.py
+	# gives (the longest first, the others at a lower priority), not xdist's (most tests first).
+	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile --no-loadscope-reorder
 
 bench: setup
 	$(BIN)/python bench/scale.py
