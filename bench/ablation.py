@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from lehr.project.experiment_refs import experiments_of, git
 from lehr.project.experiments import figures
 from lehr.reports.comparison import Scored
@@ -50,6 +52,7 @@ BASE = {
     "pretrain.muon_lr": 0.02,
     "pretrain.precision": "fp32",
     f"{MODEL}.qk_norm": "false",
+    f"{MODEL}.layer_scalars": "false",  # in the default since 2026-12-04
     f"{MODEL}.n_layer": 4,
     f"{MODEL}.d_model": 192,
     f"{MODEL}.d_ff": 512,
@@ -189,6 +192,19 @@ INGREDIENTS = {
     ),
 }
 DEFAULT = "default"
+
+
+def in_default(settings: dict, project: Path) -> bool:
+    """Whether the default of ``project``'s conf/base already has every one of ``settings``: its
+    ledger row would compare the default with itself (as `layer-scalars` would since 2026-12-04)."""
+    for key, value in settings.items():
+        path = key.lstrip("+").split(".")
+        node = yaml.safe_load((project / FILES[path[0]]).read_text())
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None or node != yaml.safe_load(str(value)):
+            return False
+    return True
 
 
 def ledger_runs(names: list[str], seeds: list[int]) -> dict[str, dict]:
@@ -395,14 +411,21 @@ def main() -> None:
     args = parser.parse_args()
     if args.action in ("noise", "ledger", "combine"):
         seeds = args.seeds or ([0, 1, 2] if args.action == "noise" else [0, 1])
+        adopted = [n for n in INGREDIENTS if in_default(INGREDIENTS[n][2], Path.cwd())]
         names = {
             "noise": [DEFAULT],
-            "ledger": args.names or list(INGREDIENTS),
+            "ledger": args.names or [n for n in INGREDIENTS if n not in adopted],
             "combine": ["+".join(args.names)],
         }
         try:
             if args.action == "combine" and len(args.names) < 2:
                 raise ValueError("combine takes two ingredients or more, e.g. combine relu2 normuon")
+            if named := [n for n in args.names if n in adopted]:
+                raise ValueError(
+                    f"{', '.join(named)}: already in this commit's default (conf/base), so its run would be "
+                    "the default's; leave it out (the default's rows have it), or measure it on a commit "
+                    "from before it was adopted"
+                )
             runs = ledger_runs(names[args.action], seeds)
         except ValueError as e:
             sys.exit(f"ablation: error: {e}")

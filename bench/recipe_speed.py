@@ -8,7 +8,8 @@ interleaved rounds on this machine. Prints each and the ratio (issue goal: >= 1.
 With ``--ingredients`` (bench/ablation.py's; all of them when none is named), the default against
 the default with each ingredient on, in the same interleaved rounds: the ledger's tok/s column,
 measured side by side rather than from runs trained hours apart. An ingredient of the anneal alone
-(tail averaging) leaves the stable phase's speed as it is and is not timed.
+(tail averaging) leaves the stable phase's speed as it is and is not timed; one the default already
+has (the residual scalars, since 2026-12-04) is timed the other way, as the default without it.
 
 Speed only: both train the default model size on random tokens with evals and checkpoints off
 (the default run's logged tok/s leaves those out too).
@@ -65,6 +66,15 @@ def with_ingredient(recipe: dict, settings: dict) -> dict | None:
     return {**recipe, "overrides": overrides, "train": train}
 
 
+def without_ingredient(recipe: dict, settings: dict) -> dict | None:
+    """The default without an ingredient it already has: the model overrides it sets dropped (the
+    preset's own values, off); None for one that sets a training field."""
+    if not all(k.startswith(f"{MODEL}.") for k in settings):
+        return None
+    keys = {k.removeprefix(f"{MODEL}.") for k in settings}
+    return {**recipe, "overrides": {k: v for k, v in recipe["overrides"].items() if k not in keys}}
+
+
 def config(recipe: dict, shards: Path, out: Path, vocab: int, warmup: int, steps: int) -> TrainConfig:
     return speed_config(
         preset(recipe["preset"], vocab, **recipe["overrides"]),
@@ -94,10 +104,17 @@ def main() -> None:
     if args.ingredients is None:
         runs, base = {"before": BEFORE, "default": now}, "before"
     else:
-        chosen = {n: with_ingredient(now, INGREDIENTS[n][2]) for n in args.ingredients or INGREDIENTS}
-        for name in [n for n, r in chosen.items() if r is None]:
-            print(f"{name:16} not timed: it changes the anneal alone, whose stable phase is the default's")
-        runs, base = {"default": now, **{n: r for n, r in chosen.items() if r is not None}}, "default"
+        runs, base = {"default": now}, "default"
+        for name in args.ingredients or INGREDIENTS:
+            recipe = with_ingredient(now, INGREDIENTS[name][2])
+            if recipe is None:
+                print(f"{name:16} not timed: it changes the anneal alone, whose stable phase is the default")
+            elif recipe != now:
+                runs[name] = recipe
+            elif (off := without_ingredient(now, INGREDIENTS[name][2])) is not None:
+                runs[f"without-{name}"] = off  # in the default already: its cost is default / without
+            else:
+                print(f"{name:16} not timed: the default has it, and its off value is not the preset's")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shards = synthetic_shards(tmp / "shards", args.vocab)

@@ -56,8 +56,9 @@ def pytest_configure(config):
 
 # The files that take longest, longest first (per-file sums of a 2-worker run's durations,
 # 2026-12-02; each 1 to 5 minutes): scheduled first, so that no worker ends on one of them while
-# the other idles. The second is one that needs no smoke run, so that both workers start working
-# while the first builds it. (make test keeps this order: pytest-xdist's --no-loadscope-reorder.)
+# the others idle. The tour asks for the session's smoke run only at its end, and the second file
+# needs none, so that those workers start working while another builds it. (make test keeps this
+# order: pytest-xdist's --no-loadscope-reorder.)
 LONGEST = (
     "test_readme_tour.py",
     "test_fsdp.py",
@@ -74,21 +75,26 @@ LONGEST = (
 )
 
 
+# Every test file but the README's tour runs at this priority under pytest-xdist (below).
+NICE = 10
+
+
 def pytest_runtest_setup(item):
-    """Under pytest-xdist, every file but the longest runs at a lower priority (nice 10, inherited
-    by the commands it starts): the tour is one sequence that no worker can share, and at equal
-    priority beside three others it took twice its time alone and ended the suite last. Lowering
-    the others' priority keeps the cores busy (they take what the tour leaves) without letting them
-    lengthen it. Only ever lowered, so no privilege is needed; a worker's tour runs first (LONGEST)."""
+    """Under pytest-xdist, every file but the README's tour runs at nice 10 (inherited by the
+    commands it starts): the tour is one sequence that no worker can share, and at equal priority
+    beside three other workers it took twice its time alone and ended the suite last. At lower
+    priority the others take only the cores it leaves. Priority is only ever lowered, which needs
+    no privilege; the tour is the first file handed out (LONGEST), so its worker has run nothing
+    before it (after a worker crash, xdist may hand it to a lowered one: slower, not wrong)."""
     if (
         int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
         and item.path.name != LONGEST[0]
         and os.getpriority(os.PRIO_PROCESS, 0) < NICE
     ):
-        os.setpriority(os.PRIO_PROCESS, 0, NICE)
-
-
-NICE = 10
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, NICE)
+        except OSError:  # a sandbox that refuses it: the suite only takes longer
+            pass
 
 
 def pytest_collection_modifyitems(config, items):

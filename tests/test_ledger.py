@@ -121,3 +121,36 @@ def test_the_benchmark_refuses_a_repeated_seed_before_queueing_anything():
         text=True,
     )
     assert out.returncode != 0 and "--seeds 0 1 1 repeats seed 1" in out.stderr and out.stdout == ""
+
+
+def test_an_ingredient_already_in_the_default_is_refused_by_name_and_left_out_of_the_whole_ledger():
+    """Its run would be the default's own: named, it is refused before anything is queued; the
+    whole ledger leaves it out (the default's rows have it)."""
+    bench = ablation()
+    adopted = [n for n in bench.INGREDIENTS if bench.in_default(bench.INGREDIENTS[n][2], ROOT)]
+    assert adopted == ["layer-scalars"]  # conf/base's model.overrides
+    named = subprocess.run(
+        [
+            sys.executable,
+            "bench/ablation.py",
+            "ledger",
+            "layer-scalars",
+            "relu2",
+            "--seeds",
+            "0",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert named.returncode != 0 and "layer-scalars: already in this commit's default" in named.stderr
+    assert named.stdout == ""
+    whole = subprocess.run(
+        [sys.executable, "bench/ablation.py", "ledger", "--seeds", "0", "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert whole.returncode == 0, whole.stderr
+    assert "l-relu2-s0:" in whole.stdout and "layer-scalars" not in whole.stdout
