@@ -73,7 +73,7 @@ test: setup
 	# A worker per core and two more (a worker waiting on a subprocess or a kill test's timing
 	# leaves a core idle otherwise: on 2 cores, 4 workers took 675 s where 3 took 782, 2026-12-04),
 	# each test file on one worker (its module fixtures built once), in the order tests/conftest.py
-	# gives (the longest first; every file but the README's tour at nice 10), not xdist's (most tests first).
+	# gives (the longest first), not xdist's (most tests first).
 	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile --no-loadscope-reorder
 
 bench: setup

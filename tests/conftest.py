@@ -75,28 +75,6 @@ LONGEST = (
 )
 
 
-# Every test file but the README's tour runs at this priority under pytest-xdist (below).
-NICE = 10
-
-
-def pytest_runtest_setup(item):
-    """Under pytest-xdist, every file but the README's tour runs at nice 10 (inherited by the
-    commands it starts): the tour is one sequence that no worker can share, and at equal priority
-    beside three other workers it took twice its time alone and ended the suite last. At lower
-    priority the others take only the cores it leaves. Priority is only ever lowered, which needs
-    no privilege; the tour is the first file handed out (LONGEST), so its worker has run nothing
-    before it (after a worker crash, xdist may hand it to a lowered one: slower, not wrong)."""
-    if (
-        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
-        and item.path.name != LONGEST[0]
-        and os.getpriority(os.PRIO_PROCESS, 0) < NICE
-    ):
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, NICE)
-        except OSError:  # a sandbox that refuses it: the suite only takes longer
-            pass
-
-
 def pytest_collection_modifyitems(config, items):
     """The longest files first, then the other end-to-end ones, then the rest; each file's tests
     stay together and in their order (pytest-xdist gives each file to one worker, in this order)."""
