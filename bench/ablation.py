@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import subprocess
@@ -194,12 +195,17 @@ INGREDIENTS = {
 DEFAULT = "default"
 
 
+@functools.cache
+def _params(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
 def in_default(settings: dict, project: Path) -> bool:
     """Whether the default of ``project``'s conf/base already has every one of ``settings``: its
     ledger row would compare the default with itself (as `layer-scalars` would since 2026-12-04)."""
     for key, value in settings.items():
         path = key.lstrip("+").split(".")
-        node = yaml.safe_load((project / FILES[path[0]]).read_text())
+        node = _params(project / FILES[path[0]])
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
         if node is None or node != yaml.safe_load(str(value)):
@@ -411,6 +417,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.action in ("noise", "ledger", "combine"):
         seeds = args.seeds or ([0, 1, 2] if args.action == "noise" else [0, 1])
+        if missing := [f for f in FILES.values() if not (Path.cwd() / f).is_file()]:
+            sys.exit(f"ablation: error: no {missing[0]} here: run it from the root of a lehr project")
         adopted = [n for n in INGREDIENTS if in_default(INGREDIENTS[n][2], Path.cwd())]
         names = {
             "noise": [DEFAULT],

@@ -93,7 +93,7 @@ def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_
         text=True,
     )
     metrics = tmp_path / "killed" / "metrics.jsonl"
-    deadline = time.time() + 120  # a loaded machine (make test's workers at low priority) starts it slowly
+    deadline = time.time() + 120  # a loaded machine (make test's workers beside it) starts it slowly
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 4):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         time.sleep(0.05)
