@@ -6,6 +6,7 @@ runs on what the tour made, and the project itself is as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -69,18 +70,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_line(line: str, cwd: Path, person: dict) -> subprocess.CompletedProcess:
+    """One line of the tour in a session of its own. The tour is the suite's longest chain: where the
+    kernel shares the CPU by session (autogroup), it gets a share of its own instead of a part of the
+    pytest workers' one (617 s of pytest's 698 s under 4 workers, 490 s so; docs/tests.md). A session
+    of its own no longer hears a Ctrl-C at the terminal, so a timeout or an interrupt of the test
+    kills the line's whole session: no training outlives it."""
+    with subprocess.Popen(
+        ["bash", "-c", line],
+        cwd=cwd,
+        env=person,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     sandbox, before, outputs = tmp_path / "smoke", project_state(), {}
     cwd, person = ROOT, {**env(), "LEHR_MLFLOW": "1"}
     for line in tour():
         run = as_run_here(line, sandbox)
         started = time.monotonic()
-        # Each line in a session of its own, as a person's terminal is. It is also the suite's longest
-        # chain: where the kernel shares the CPU by session (autogroup), this gives the tour its own
-        # share instead of a fifth of the pytest workers' one (617 s of 699 s under 4 workers).
-        proc = subprocess.run(
-            ["bash", "-c", run], cwd=cwd, env=person, capture_output=True, text=True, start_new_session=True
-        )
+        proc = run_line(run, cwd, person)
         print(f"{time.monotonic() - started:6.1f} s  {line}")  # where the tour's time goes (pytest -s)
         assert proc.returncode == 0, (
             f"{line}\nexited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
