@@ -18,7 +18,7 @@ from lehr.engine.model import preset
 from lehr.pipelines.ladder_fit.nodes import fit_ladder
 from lehr.reports.scaling_fit import GRID, FitError, Law, fit
 from lehr.stages.ladder_params import LadderParams
-from lehr.stages.ladder_rungs import family_gaps, rung_params, train_rung
+from lehr.stages.ladder_rungs import family_gaps, recipe_overrides, rung_params, train_rung
 from lehr.stages.params import AnnealParams, PretrainParams
 from tests import ROOT
 
@@ -33,15 +33,20 @@ MICRO = {
 }
 
 
-@pytest.fixture(scope="module")
-def recipe():
-    """The smoke profile's stable and anneal params, as `kedro run --env smoke` reads them."""
-    params = OmegaConfigLoader(
+def params_of(profile: str) -> dict:
+    """Every stage's params as `kedro run --env <profile>` reads them."""
+    return OmegaConfigLoader(
         conf_source=str(ROOT / "conf"),
         base_env="base",
-        default_run_env="smoke",
+        default_run_env=profile,
         merge_strategy={"parameters": "soft"},
     )["parameters"]
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    """The smoke profile's stable and anneal params."""
+    params = params_of("smoke")
     return (
         from_mapping(PretrainParams, params["pretrain"], "pretrain"),
         from_mapping(AnnealParams, params["anneal"], "anneal"),
@@ -66,7 +71,15 @@ def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp
 
     fitted, _ = fit_ladder(dict(zip(ladder.sizes, rungs)), ladder)
     assert fitted["status"] == "fitted" and len(fitted["points"]) == 6
-    assert fitted["family"] == {"shape": MICRO["shape"], "depths": [1, 2, 3], "decay_ratio": 0.5}
+    # The recipe's model overrides (the smoke profile's: the residual scalars) reached every rung.
+    assert pretrain.model.overrides == {"layer_scalars": True}
+    assert all(r["overrides"] == {"layer_scalars": True} for r in rungs)
+    assert fitted["family"] == {
+        "shape": {**MICRO["shape"], "depth_offset": 0},
+        "overrides": {"layer_scalars": True},
+        "depths": [1, 2, 3],
+        "decay_ratio": 0.5,
+    }
     assert fitted["holdout"]["status"].startswith("not fitted")  # 4 endpoints left: too few to fit
     path = tmp_path / "ladder.json"
     path.write_text(json.dumps(fitted))
@@ -99,9 +112,40 @@ def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp
     assert f"{member} itself: {big['bpb']:.4f} bits/byte" in said and "across shapes" not in said
 
 
+def shipped() -> tuple[LadderParams, PretrainParams]:
+    """The ladder and the stable phase as the default profile (local) reads them."""
+    params = params_of("local")
+    return (
+        from_mapping(LadderParams, params["ladder"], "ladder"),
+        from_mapping(PretrainParams, params["pretrain"], "pretrain"),
+    )
+
+
+def test_the_default_run_is_a_member_of_the_committed_ladders_family():
+    """The ladder of conf/base: its depth-3 rung is the default run's model (3 blocks of width 256,
+    heads of 64, d_ff 688, the recipe's residual scalars) and its cooldown rule the default run's
+    280-step anneal after 490, so the law describes the run people make."""
+    ladder, pretrain = shipped()
+    family = ladder.family(recipe_overrides(pretrain, ladder))
+    default = preset(pretrain.model.preset, 4096, **pretrain.model.overrides).math_dict()
+    assert family_gaps(family, default, (490, 280)) == []
+    assert 490 * pretrain.batch_size * 256 == max(ladder.budgets)  # the largest budget: its stable phase
+    # Without the recipe's overrides (a fit made before rungs took them), the scalars are named.
+    assert family_gaps({**family, "overrides": {}}, default, (490, 280)) == [
+        "layer_scalars True where the family's model of depth 3 has None"
+    ]
+
+
+def test_rungs_of_different_recipes_are_not_fitted_together():
+    ladder = from_mapping(LadderParams, MICRO, "ladder")
+    rung = {"endpoints": [], "overrides": {}}
+    with pytest.raises(ValueError, match="rungs trained with different model overrides"):
+        fit_ladder({1: rung, 2: rung, 3: {**rung, "overrides": {"layer_scalars": True}}}, ladder)
+
+
 def test_a_model_outside_the_ladders_family_is_said_to_be_an_extrapolation():
-    """The default run against the committed ladder's family (width 32 x depth, cooldowns of 20%):
-    three blocks of width 256 and a 280-step anneal after 490 are named, each; a rung is not."""
+    """The default run against the ladder's family before 2026-12-04 (width 32 x depth, cooldowns
+    of 20%): three blocks of width 256 and a 280-step anneal after 490 are named, each; a rung is not."""
     ladder = from_mapping(
         LadderParams,
         {

@@ -257,7 +257,6 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _ladder(args: argparse.Namespace) -> int:
     from lehr.reports.scaling_fit import predict
-    from lehr.stages.ladder_rungs import family_gaps
 
     path = Path(args.fit)
     if not path.is_file():
@@ -305,14 +304,19 @@ def _ladder(args: argparse.Namespace) -> int:
     if family is None:
         print("note: this fit records no family of rungs (made before 2026-12-03), and no conf here does")
     elif run:
+        from lehr.stages.ladder_rungs import family_gaps  # torch and the engine: only for a checkpoint
+
         for gap in family_gaps(family, run["model"], run["decay"]):
             print(f"note: an extrapolation across shapes: {gap}")
     else:
-        shape = family["shape"]
+        from lehr.stages.ladder_params import ShapeRule
+
+        shape = ShapeRule(**family["shape"])
+        overrides = ", ".join(f"{k} {v}" for k, v in sorted(family.get("overrides", {}).items()))
         print(
             f"note: the law is of the ladder's family: depths {family['depths']}, width "
-            f"{shape['aspect_ratio']} x depth, {shape['seq_len']}-token context, the rest "
-            f"{shape['preset']}'s, each cooled down "
+            f"{shape.width_rule()}, heads of {shape.head_dim}, {shape.seq_len}-token context, the rest "
+            f"{shape.preset}'s{f' with {overrides}' if overrides else ''}, each cooled down "
             f"{family['decay_ratio']} of its steps; for a model of another shape or anneal it is an "
             "extrapolation (--checkpoint names how a trained one differs)"
         )

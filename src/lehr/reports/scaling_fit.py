@@ -114,21 +114,25 @@ def bootstrap(n, d, loss, law: Law, resamples: int, seed: int = 0) -> list[Law]:
     than the whole grid; resamples of too few distinct points, or that do not converge, are left out."""
     n, d, loss = (np.asarray(x, dtype=np.float64) for x in (n, d, loss))
     rng = np.random.default_rng(seed)
-    start = {
+    laws = []
+    for _ in tqdm(range(resamples), desc="bootstrap refits", unit="fit", mininterval=1.0):
+        pick = rng.integers(0, len(loss), len(loss))
+        try:
+            laws.append(fit(n[pick], d[pick], loss[pick], _start_at(law)))
+        except FitError:
+            continue
+    return laws
+
+
+def _start_at(law: Law) -> dict:
+    """One start for ``fit``: the full fit's parameters (a refit to nearly the same points)."""
+    return {
         "a": [math.log(law.A)],
         "b": [math.log(law.B)],
         "e": [math.log(law.E)],
         "alpha": [law.alpha],
         "beta": [law.beta],
     }
-    laws = []
-    for _ in tqdm(range(resamples), desc="bootstrap refits", unit="fit", mininterval=1.0):
-        pick = rng.integers(0, len(loss), len(loss))
-        try:
-            laws.append(fit(n[pick], d[pick], loss[pick], start))
-        except FitError:
-            continue
-    return laws
 
 
 def interval(values: list[float]) -> list[float]:
@@ -207,6 +211,7 @@ def report(rungs: list[dict], flop_budgets: list[float], resamples: int, seed: i
     out["optimal"] = [_optimal(law, laws, c, k) for c in flop_budgets]
     out["isoflop"] = [v for c in flop_budgets if (v := isoflop(points, c)) is not None]
     out["holdout"] = _holdout(points)
+    out["leave_one_out"] = _leave_one_out(points, law)
     return out
 
 
@@ -272,6 +277,35 @@ def _holdout(points: list[dict]) -> dict:
         "endpoints": rows,
         "max_abs_error": max(abs(r["error"]) for r in rows),
     }
+
+
+def _leave_one_out(points: list[dict], law: Law) -> dict:
+    """Each endpoint predicted by the law refitted without it: how well the law interpolates at a
+    point it did not see. The default run is one (the depth-3 rung's largest budget: its model,
+    stable phase and anneal), so its row says what a prediction of that run is worth beyond the fit
+    through it. Each refit starts from the full fit, and from the whole grid where that stalls."""
+    rows = []
+    for i, p in enumerate(points):
+        rest = [
+            np.array([q[k] for j, q in enumerate(points) if j != i]) for k in ("n_params", "tokens", "loss")
+        ]
+        try:
+            try:
+                refit = fit(*rest, _start_at(law))
+            except FitError:
+                refit = fit(*rest)
+        except FitError as e:
+            return {"status": f"not fitted: {e}"}
+        predicted = float(refit.loss(p["n_params"], p["tokens"]))
+        rows.append(
+            {
+                "depth": p["depth"],
+                "tokens": p["tokens"],
+                "loss": p["loss"],
+                "error": predicted / p["loss"] - 1,
+            }
+        )
+    return {"status": "fitted", "endpoints": rows, "max_abs_error": max(abs(r["error"]) for r in rows)}
 
 
 def predict(fitted: dict, n_params: float, tokens: float) -> dict:

@@ -21,7 +21,8 @@ from lehr.stages.training_job import anneal_job, run_engine, stable_job
 
 def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth: int, manifest: dict):
     """The stable phase and the cooldown recipe of the rung of ``depth``: the project's recipe at
-    that shape, planned to end at the largest budget, with a branch point at each other one."""
+    that shape (its model overrides too, e.g. the residual scalars), planned to end at the largest
+    budget, with a branch point at each other one."""
     per_step = p.batch_size * ladder.shape.seq_len
     budgets = sorted(set(ladder.budgets))
     _check_budgets(p, ladder, budgets, per_step, manifest)
@@ -30,7 +31,9 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
     stable = dataclasses.replace(
         p,
         run_name="",  # keyed by the rung's config, so that every size and recipe has its own run
-        model=ModelParams(preset=ladder.shape.preset, overrides=ladder.shape.of(depth)),
+        model=ModelParams(
+            preset=ladder.shape.preset, overrides={**p.model.overrides, **ladder.shape.of(depth)}
+        ),
         planned_steps=last + decay,
         planned_decay_fraction=decay / (last + decay),
         branch_points=budgets[:-1],
@@ -40,11 +43,19 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
     return stable, cooldown
 
 
+def recipe_overrides(p: PretrainParams, ladder: LadderParams) -> dict:
+    """The recipe's model overrides that reach every rung: those the shape rule does not set."""
+    shaped = ladder.shape.of(ladder.sizes[0]).keys()
+    return {k: v for k, v in p.model.overrides.items() if k not in shaped}
+
+
 def family_gaps(family: dict, model: dict, decay: tuple[int, int] | None = None) -> list[str]:
     """How a model (its math dict) and its anneal (decay start and steps) lie outside the ladder's
-    ``family``; none for a member, where the law interpolates between rungs of its own kind."""
+    ``family``; none for a member, where the law interpolates between rungs of its own kind. (A fit
+    made before rungs took the recipe's model overrides records none: its rungs had none.)"""
     rule, depths, depth = ShapeRule(**family["shape"]), family["depths"], model["n_layer"]
-    member = preset(rule.preset, model["vocab_size"], **rule.of(depth)).math_dict()
+    shape = {**family.get("overrides", {}), **rule.of(depth)}
+    member = preset(rule.preset, model["vocab_size"], **shape).math_dict()
     gaps = [
         f"{key} {model.get(key)} where the family's model of depth {depth} has {member.get(key)}"
         for key in sorted(member.keys() | model.keys())
@@ -112,6 +123,7 @@ def train_rung(p, a, ladder: LadderParams, depth: int, shards: dict, runs_root: 
     return {
         "depth": depth,
         "shape": ladder.shape.of(depth),
+        "overrides": recipe_overrides(p, ladder),
         "n_params": stable["n_params"],
         "flops_per_token": stable["flops_per_token"],
         "lr": stable_p.lr,
