@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import getpass
 import hashlib
 import logging
 import os
@@ -92,12 +93,14 @@ class MlflowTracking:
     def _start(self, uri: str, run_params: dict, catalog) -> None:
         step_forwarder.quick_failures()
         import mlflow
+        from mlflow.entities import SourceType
+        from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
 
         from lehr.tracking import provenance
 
         mlflow.set_tracking_uri(uri)
         with first_use(uri):  # two experiments of `dvc queue start -j 2` may open a new store at once
-            use_experiment(uri, self._settings.get("experiment", "lehr"))
+            experiment_id = use_experiment(uri, self._settings.get("experiment", "lehr"))
         names = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         stage = ",".join(names)
         # One dvc repro / dvc exp run spawns one process per stage; the experiment name (DVC sets it
@@ -105,10 +108,20 @@ class MlflowTracking:
         exp_name = os.environ.get("DVC_EXP_NAME", "")
         git = provenance.git_info()
         group = exp_name or invocation()
-        # A Databricks feature (resuming serverless GPU jobs' runs): on any other store, MLflow's
-        # probe for it only costs each stage ~0.4 s of imports.
-        os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
-        self._run = mlflow.start_run(run_name=f"{stage} ({group})")
+        # The run is made here, with the tags MLflow's UI shows, and then started by its id: a new
+        # run from mlflow.start_run asks MLflow's context providers, which probe for a notebook, a
+        # Databricks job and git by importing IPython, GitPython and more (~0.3 s a stage); lehr's
+        # own tags below say where a run came from.
+        made = mlflow.MlflowClient().create_run(
+            experiment_id,
+            run_name=f"{stage} ({group})",
+            tags={
+                MLFLOW_USER: _user(),
+                MLFLOW_SOURCE_NAME: Path(sys.argv[0]).name,
+                MLFLOW_SOURCE_TYPE: SourceType.to_string(SourceType.LOCAL),
+            },
+        )
+        self._run = mlflow.start_run(run_id=made.info.run_id)
         shards, tokenizer = _path_of(catalog, "shards"), _path_of(catalog, "tokenizer")
         tags = {
             "lehr.stage": stage,
@@ -205,12 +218,20 @@ def project_store(uri: str) -> str:
     return uri
 
 
-def use_experiment(uri: str, name: str) -> None:
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container's)
+        return "unknown"
+
+
+def use_experiment(uri: str, name: str) -> str:
     """Make ``name`` MLflow's active experiment, creating it with its artifacts in the project's
     ``mlruns/<name>`` when the store is a database (a server keeps its own). MLflow's default,
     ``./mlruns`` of the process's working directory, is DVC's temporary copy of the project when a
     queued experiment is the store's first user: DVC deletes it after the run, and with it the
-    artifacts of every later run of the experiment. A store made so is named, with the way out."""
+    artifacts of every later run of the experiment. A store made so is named, with the way out.
+    Returns the experiment's id."""
     import mlflow
 
     existing = mlflow.get_experiment_by_name(name)
@@ -227,7 +248,7 @@ def use_experiment(uri: str, name: str) -> None:
             name,
             existing.artifact_location,
         )
-    mlflow.set_experiment(name)
+    return mlflow.set_experiment(name).experiment_id
 
 
 @contextlib.contextmanager
