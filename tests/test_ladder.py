@@ -16,7 +16,7 @@ from lehr.catalog import ShardsDataset
 from lehr.config_parts import from_mapping
 from lehr.engine.model import preset
 from lehr.pipelines.ladder_fit.nodes import fit_ladder
-from lehr.reports.scaling_fit import GRID, FitError, Law, fit
+from lehr.reports.scaling_fit import GRID, FitError, Law, fit, predict
 from lehr.stages.ladder_params import LadderParams
 from lehr.stages.ladder_rungs import family_gaps, recipe_overrides, rung_params, train_rung
 from lehr.stages.params import AnnealParams, PretrainParams
@@ -134,6 +134,32 @@ def test_the_default_run_is_a_member_of_the_committed_ladders_family():
     assert family_gaps({**family, "overrides": {}}, default, (490, 280)) == [
         "layer_scalars True where the family's model of depth 3 has None"
     ]
+
+
+def test_the_committed_ladder_predicts_the_committed_default_run():
+    """ladder.json (`make ladder`) against the default run's reports (`make run`), both committed:
+    the law's bits per byte for the default run's size and tokens within 2% of what its anneal
+    reached, inside the interval, measured as the rungs' endpoints are (the anneal's last held-out
+    eval, anneal_metrics.json); the run a member of the fit's family; and the law refitted without
+    the depth-3 rung's largest endpoint (the default run's recipe) within 2% of it still. A recipe
+    change that breaks the prediction fails here until `make ladder` runs again."""
+    reports = ROOT / "data/08_reporting"
+    fitted = json.loads((reports / "ladder.json").read_text())
+    anneal = json.loads((reports / "anneal_metrics.json").read_text())
+    stable = json.loads((reports / "stable_metrics.json").read_text())
+    actual, tokens = anneal["heldout"]["bpb"], anneal["tokens"]
+    predicted = predict(fitted, stable["n_params"], tokens)
+    assert abs(predicted["bpb"] / actual - 1) <= 0.02, (predicted, actual)
+    assert predicted["bpb_interval"][0] <= actual <= predicted["bpb_interval"][1], (predicted, actual)
+    assert not predicted["beyond"]
+    _, pretrain = shipped()
+    model = preset(pretrain.model.preset, 4096, **pretrain.model.overrides).math_dict()
+    per_step = stable["tokens"] // stable["step"]
+    assert (
+        family_gaps(fitted["family"], model, (stable["step"], (tokens - stable["tokens"]) // per_step)) == []
+    )
+    (own,) = [e for e in fitted["leave_one_out"]["endpoints"] if e["depth"] == 3 and e["tokens"] == tokens]
+    assert abs(own["error"]) <= 0.02, own
 
 
 def test_rungs_of_different_recipes_are_not_fitted_together():
