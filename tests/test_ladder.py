@@ -112,22 +112,22 @@ def test_a_micro_ladder_trains_fits_plots_and_predicts(recipe, smoke_shards, tmp
     assert f"{member} itself: {big['bpb']:.4f} bits/byte" in said and "across shapes" not in said
 
 
-def shipped() -> tuple[LadderParams, PretrainParams]:
-    """The ladder and the stable phase as the default profile (local) reads them."""
+def shipped() -> tuple[LadderParams, PretrainParams, dict]:
+    """The ladder and the stable phase as the default profile (local) reads them, and the default
+    run's model (its math dict, at the shipped tokenizer's vocabulary)."""
     params = params_of("local")
-    return (
-        from_mapping(LadderParams, params["ladder"], "ladder"),
-        from_mapping(PretrainParams, params["pretrain"], "pretrain"),
-    )
+    pretrain = from_mapping(PretrainParams, params["pretrain"], "pretrain")
+    vocab = params["tokenize"]["vocab_size"]
+    model = preset(pretrain.model.preset, vocab, **pretrain.model.overrides).math_dict()
+    return from_mapping(LadderParams, params["ladder"], "ladder"), pretrain, model
 
 
 def test_the_default_run_is_a_member_of_the_committed_ladders_family():
     """The ladder of conf/base: its depth-3 rung is the default run's model (3 blocks of width 256,
     heads of 64, d_ff 688, the recipe's residual scalars) and its cooldown rule the default run's
     280-step anneal after 490, so the law describes the run people make."""
-    ladder, pretrain = shipped()
+    ladder, pretrain, default = shipped()
     family = ladder.family(recipe_overrides(pretrain, ladder))
-    default = preset(pretrain.model.preset, 4096, **pretrain.model.overrides).math_dict()
     assert family_gaps(family, default, (490, 280)) == []
     assert 490 * pretrain.batch_size * 256 == max(ladder.budgets)  # the largest budget: its stable phase
     # Without the recipe's overrides (a fit made before rungs took them), the scalars are named.
@@ -152,8 +152,7 @@ def test_the_committed_ladder_predicts_the_committed_default_run():
     assert abs(predicted["bpb"] / actual - 1) <= 0.02, (predicted, actual)
     assert predicted["bpb_interval"][0] <= actual <= predicted["bpb_interval"][1], (predicted, actual)
     assert not predicted["beyond"]
-    _, pretrain = shipped()
-    model = preset(pretrain.model.preset, 4096, **pretrain.model.overrides).math_dict()
+    *_, model = shipped()
     per_step = stable["tokens"] // stable["step"]
     assert (
         family_gaps(fitted["family"], model, (stable["step"], (tokens - stable["tokens"]) // per_step)) == []
