@@ -113,3 +113,14 @@ def test_lr_transfer_benchmark_sweeps_rungs_on_the_smoke_shards(smoke_shards):
         *("--tokens", "8192", "--optimizers", "muon"),
     )
     assert "muon: best multiplier per depth" in out and "held-out" in out
+
+
+def test_ladder_extrapolation_benchmark_trains_a_rung_past_the_committed_fit(smoke_shards, tmp_path):
+    out = bench(
+        "bench/ladder_extrapolation.py",
+        *("--shards", str(smoke_shards), "--depth", "5", "--budget", "4096", "--runs", str(tmp_path)),
+    )
+    # A rung of depth 5 is past the fit's depths 1 to 4: the fit's own interval, and where it lies.
+    assert re.search(r"extrapolation rung: depth 5 \([\d,]+ parameters, [\d.]+x the largest", out), out
+    assert re.search(r"fit predicts \d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]: [+-]\d+\.\d\d%, (in|out)side", out)
+    assert (tmp_path / "rung-5.json").is_file()
