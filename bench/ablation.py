@@ -184,8 +184,9 @@ INGREDIENTS = {
         "nanochat (BOS-aligned best fit)",
         {"pretrain.packing": "bos_best_fit"},
     ),
-    # The anneal's alone. Its experiment trains the stable phase again (DVC's run cache skips a
-    # stage with persistent outputs), to the default's bits: the same code, settings and seeds.
+    # The anneal's alone: at the baseline's own seeds its queued experiment finds pretrain_stable up
+    # to date and anneals the baseline's pre_anneal from DVC's cache (no stable phase of its own to
+    # time); at another seed it trains that seed's stable phase, as the default at that seed does.
     "tail-average": (
         "the decay's last 20% of steps averaged",
         "Tail-EMA; Polyak",
@@ -281,7 +282,7 @@ def ledger_table(project: Path) -> str:
         what = " + ".join(INGREDIENTS[p][0] for p in parts if p in INGREDIENTS)
         source = "; ".join(INGREDIENTS[p][1] for p in parts if p in INGREDIENTS)
         speed = _speed(label, e["seeds"])
-        ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (no timing in this MLflow store)"
+        ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (no timed stable phase)"
         lines.append(
             f"| {what} | {source} | {', '.join(map(str, e['seeds']))} | "
             f"{e['diff']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}] | {verdict(e, floor.floor)} | {ratio} |"
@@ -292,9 +293,11 @@ def ledger_table(project: Path) -> str:
 def _speed(label: str, seeds: list[int]) -> float | None:
     """The training tok/s of the fastest stable phase of ``label``'s runs at ``seeds``: another
     process on the machine only ever slows a run, so the fastest is the least disturbed
-    (``bench/recipe_speed.py --ingredients`` measures the ratios side by side)."""
+    (``bench/recipe_speed.py --ingredients`` measures the ratios side by side). A run that trained
+    no stable phase (the baseline's own settings, or an anneal ingredient: DVC found the stage up
+    to date) has no clock, and the others speak for the label."""
     clocks = [timing(f"l-{label}-s{s}", "pretrain_stable") for s in seeds]
-    return max(c["tok_per_s"] for c in clocks) if clocks and all(clocks) else None
+    return max((c["tok_per_s"] for c in clocks if c), default=None)
 
 
 REPORTS = "data/08_reporting"

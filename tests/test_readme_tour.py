@@ -155,12 +155,14 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     got = {name: changed(base, flat_params(sandbox, sha)) for name, sha in experiments_of(sandbox, head)}
     assert got.pop("linear") == ["anneal.shape=linear"]
     assert got.pop("cosine-baseline") == ["pretrain.schedule=cosine"]
-    assert sorted(got.values()) == [["pretrain.muon_lr=0.005"], ["pretrain.muon_lr=0.01"]], got
-    # An anneal param re-runs only anneal and evaluate; the cosine baseline its own stable phase too.
+    assert sorted(got.values()) == [["anneal.decay_ratio=0.2"], ["anneal.decay_ratio=0.4"]], got
+    # An anneal param re-runs only anneal and evaluate, in the workspace and in the queue's copies
+    # (whose pre_anneal comes from DVC's cache); the cosine baseline its own stable phase too.
     linear = next(v for k, v in outputs.items() if "-n linear" in k)
     cosine = next(v for k, v in outputs.items() if "-n cosine-baseline" in k)
     assert stages_run(linear) == ["anneal", "evaluate"]
     assert stages_run(cosine) == ["pretrain_stable", "anneal", "evaluate"]
+    assert stages_run(outputs["dvc exp run --run-all"]) == ["anneal", "evaluate"] * 2
     # The workspace is the baseline again after each experiment, pre_anneal included.
     assert sh(sandbox, "git", "status", "--porcelain").stdout == ""
     assert dir_hash(sandbox / "data/06_models/pre_anneal") == outputs["pre_anneal"]
@@ -170,17 +172,20 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     by_exp = runs.groupby("tags.dvc.exp_name")["tags.lehr.stage"].apply(sorted).to_dict()
     assert by_exp["linear"] == ["anneal", "evaluate"]
     assert by_exp["cosine-baseline"] == ["anneal", "evaluate", "pretrain_stable"]
-    assert all(by_exp[queued] == by_exp["cosine-baseline"] for queued in got)
+    assert all(by_exp[queued] == by_exp["linear"] for queued in got)
     assert not list((sandbox / ".dvc/tmp/exps").rglob("mlflow.db"))
     shown = next(v for k, v in outputs.items() if k.startswith("dvc exp show"))
     assert "anneal.heldout.bpb" in shown and re.search(r"^\|.*\blinear\b.*\| \d+\.\d+", shown, re.M), shown
-    # Each queued experiment trained its own stable phase, and DVC shows the figures of each.
+    # Each queued experiment annealed the baseline's own stable phase, and DVC shows its figures.
     data = json.loads(sh(sandbox, "dvc", "exp", "show", "--json").stdout)
     exps = {e["name"]: e["revs"][0]["data"] for c in data for e in c.get("experiments") or [] if "name" in e}
+    stable = json.loads((sandbox / "data/08_reporting/stable_metrics.json").read_text())
     for name in got:
         figures = exps[name]["metrics"]
-        assert figures["data/08_reporting/stable_metrics.json"]["data"]["step"] > 0
-        assert figures["data/08_reporting/metrics.json"]["data"]["branches"]
+        assert figures["data/08_reporting/stable_metrics.json"]["data"] == stable
+        pre = figures["data/08_reporting/metrics.json"]["data"]["pre_anneal"]["heldout"]["bpb"]
+        assert pre == pytest.approx(metrics["pre_anneal"]["heldout"]["bpb"], rel=1e-9)  # the same weights
+        assert figures["data/08_reporting/metrics.json"]["data"]["anneal"]["heldout"]["bpb"] > 0
     table = next(v for k, v in outputs.items() if k.startswith("python -m lehr experiments"))
     assert re.search(r"^linear\s+anneal\.shape=linear\s+[\d.]+\s+[\d.]+\s+[+-]\d\.\d{4} \[", table, re.M), (
         table

@@ -1,8 +1,8 @@
 """The rolling run folders (the catalog's ``stable_run`` and ``anneal_runs``): what each holds, and
 which can go.
 
-They are DVC outputs with ``persist: true, cache: false``: an interrupted stage resumes from them,
-and they are never cached or pushed, so every distinct configuration leaves one behind. A finished
+They are not DVC outputs (DVC neither deletes, caches nor restores them): an interrupted stage
+resumes from them, and every distinct configuration leaves one behind. A finished
 folder that neither the workspace's ``pre_anneal`` nor any of its anneal branches came from only
 saves re-training that configuration if it is run again; pruning trades that for disk.
 """
