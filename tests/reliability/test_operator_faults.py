@@ -129,7 +129,7 @@ def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo, tmp_path):
     proc = start(repo, *STABLE, held=release)
     try:
         wait_for(lambda: live_folder(runs) is not None, proc)
-        # forced: the rolling folder is no DVC output, so DVC would otherwise find the stage up to date
+        # forced: the rolling folder is not a DVC output, so DVC would otherwise find the stage up to date
         out = sh(repo, "dvc", "repro", "--force", "pretrain_stable", check=False)
     finally:
         release.touch()
