@@ -1,4 +1,4 @@
-"""Benchmark: does the ladder's law hold past its rungs? One rung beyond the fit, about twice the
+"""Benchmark: does the ladder's law hold past its rungs? One rung beyond the fit, near twice the
 largest rung's parameters (the depth of the ladder's shape rule nearest 2x, in log) at twice its
 largest budget, trained exactly as ``make ladder`` trains a rung (``lehr.stages.ladder_rungs.
 train_rung``: the recipe at that shape, a stable phase to the budget and a cooldown of
