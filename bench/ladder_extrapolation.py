@@ -31,6 +31,7 @@ import torch
 from lehr.catalog.shards_dataset import ShardsDataset
 from lehr.config_parts import from_mapping
 from lehr.engine.model import Transformer, preset
+from lehr.files.atomic import write_text_atomic
 from lehr.paths import profile_in_force
 from lehr.project.experiments import load_parameters
 from lehr.reports.scaling_fit import predict
@@ -132,7 +133,8 @@ def main() -> None:
         "inside": lo <= end["bpb"] <= hi,
         "seconds": round(seconds),
     }
-    (Path(args.runs) / f"rung-{depth}.json").write_text(json.dumps({**result, "rung": rung}, indent=1) + "\n")
+    record = json.dumps({**result, "rung": rung}, indent=1) + "\n"
+    write_text_atomic(Path(args.runs) / f"rung-{depth}.json", record)  # a kill leaves the last whole one
     print(
         f"\nextrapolation rung: depth {depth} ({rung['n_params']:,} parameters, "
         f"{result['params_ratio']:.2f}x the largest rung's), {end['tokens']:,} tokens "
