@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock corpus run ladder smoke test bench mlflow-ui viz check-params
+.PHONY: setup lock corpus run ladder smoke test bench bench-check mlflow-ui viz check-params
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,8 +73,14 @@ test: setup
 	# A worker per core and two more (a worker waiting on a subprocess or a kill test's timing
 	# leaves a core idle otherwise: on 2 cores, 4 workers took 675 s where 3 took 782, 2026-12-04),
 	# each test file on one worker (its module fixtures built once), in the order tests/conftest.py
-	# gives (the longest first), not xdist's (most tests first).
-	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile --no-loadscope-reorder
+	# gives (the longest first), not xdist's (most tests first). The benchmarks' own checks are
+	# bench-check's.
+	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile --no-loadscope-reorder -m "not bench"
+
+# Each benchmark on tiny settings, so that none rots unnoticed: that it runs and reports, not its
+# figures (make bench measures those). CI runs it after make test.
+bench-check: setup
+	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile -m bench
 
 bench: setup
 	$(BIN)/python bench/scale.py

@@ -1,7 +1,8 @@
 """Shared fixtures: a small real corpus, its tokenizer and shards, and tiny training configs.
 
-Run everything with ``make test`` (pytest-xdist: a worker per core and two more, each test file
-on one worker); ``pytest -m "not slow"`` skips the end-to-end tests.
+Run lehr's tests with ``make test`` (pytest-xdist: a worker per core and two more, each test file
+on one worker) and the benchmarks' checks with ``make bench-check``; ``pytest -m "not slow"``
+skips the end-to-end tests.
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ LONGEST = (
     "test_pipeline_e2e.py",
     "test_muon_fsdp.py",
     "test_user_corpus_e2e.py",
-    "test_bench.py",
     "test_chaos.py",
     "test_operator_faults.py",
     "test_bad_input.py",

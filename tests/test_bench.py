@@ -1,6 +1,9 @@
 """The benchmarks run end to end on tiny settings, so they cannot rot unnoticed (they did once:
 `bench/train_loop.py` broke when engine callbacks began to take lists of records). These check
-that each runs and reports; the figures themselves are measured by `make bench`, not here."""
+that each runs and reports; the figures themselves are measured by `make bench`, not here.
+
+They test the benchmarks, not lehr: `make bench-check` runs them and `make test` leaves them out
+(marker ``bench``); CI runs both."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 
 from tests import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.bench]
 
 
 def bench(*args: str) -> str:

@@ -21,6 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lehr.engine.config import Launch
 from tests import faults
 from tests.e2e import dir_hash, env, lock_hash, runs_of, sh
 
@@ -168,19 +169,20 @@ def test_kill_9_stable_and_anneal_resume_bit_identical(tmp_path, smoke_repo):
     )
 
 
-def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_config, tmp_path):
-    def job(name: str) -> Path:
-        cfg = tiny_config(
-            out_dir=str(tmp_path / name),
-            planned_steps=120,
-            micro_batch=2,
-            ckpt_every=20,
-            eval_every=1000,
-            log_every=10,
-        )
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": []}))
-        return path
+def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_config, tmp_path, trained):
+    cfg = tiny_config(
+        out_dir=str(tmp_path / "killed"),
+        planned_steps=120,
+        micro_batch=2,
+        ckpt_every=20,
+        eval_every=1000,
+        log_every=10,
+    )
+    # The same 2-process run, never interrupted (forked: real torchrun gives the same bytes,
+    # tests/engine/test_fsdp.py's two-node test shows).
+    straight = trained(cfg, Launch(nproc_per_node=2))
+    job = tmp_path / "killed.json"
+    job.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": []}))
 
     def torchrun(job_path: Path, summary: Path) -> subprocess.Popen:
         return subprocess.Popen(
@@ -201,9 +203,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
             text=True,
         )
 
-    straight = torchrun(job("straight"), tmp_path / "straight.sum")
-    assert straight.wait(timeout=300) == 0
-    proc = torchrun(job("killed"), tmp_path / "killed.sum")
+    proc = torchrun(job, tmp_path / "killed.sum")
     latest = tmp_path / "killed" / "checkpoints" / "latest"
     deadline = time.time() + 120
     while time.time() < deadline and not latest.exists():
@@ -219,7 +219,5 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     assert proc.returncode == 0, err[-12000:]
     summary = json.loads((tmp_path / "killed.sum").read_text())
     assert summary["mode"] == "resume" and summary["step"] == 120
-    assert same_weights(
-        tmp_path / "straight" / "final" / "model.safetensors",
-        tmp_path / "killed" / "final" / "model.safetensors",
-    )
+    weights = "final/model.safetensors"
+    assert same_weights(straight / weights, tmp_path / "killed" / weights)
