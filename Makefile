@@ -70,12 +70,12 @@ smoke: setup
 test: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	# A worker per core and two more (a worker waiting on a subprocess or a kill test's timing
-	# leaves a core idle otherwise: on 2 cores, 4 workers took 675 s where 3 took 782, 2026-12-04),
+	# A worker per core and three more (a worker waiting on a subprocess or a kill test's timing
+	# leaves a core idle otherwise: on 2 cores, 5 workers took 638 s where 4 took 690, 2026-12-04),
 	# each test file on one worker (its module fixtures built once), in the order tests/conftest.py
 	# gives (the longest first), not xdist's (most tests first). The benchmarks' own checks are
 	# bench-check's.
-	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile --no-loadscope-reorder -m "not bench"
+	$(BIN)/python -m pytest -n $$(( $$(nproc) + 3 )) --dist loadfile --no-loadscope-reorder -m "not bench"
 
 # Each benchmark on tiny settings, so that none rots unnoticed: that it runs and reports, not its
 # figures (make bench measures those). CI runs it after make test.

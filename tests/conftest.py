@@ -1,6 +1,6 @@
 """Shared fixtures: a small real corpus, its tokenizer and shards, and tiny training configs.
 
-Run lehr's tests with ``make test`` (pytest-xdist: a worker per core and two more, each test file
+Run lehr's tests with ``make test`` (pytest-xdist: a worker per core and three more, each test file
 on one worker) and the benchmarks' checks with ``make bench-check``; ``pytest -m "not slow"``
 skips the end-to-end tests.
 """
