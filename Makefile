@@ -71,7 +71,8 @@ test: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	# A worker per core and three more (a worker waiting on a subprocess or a kill test's timing
-	# leaves a core idle otherwise: on 2 cores, 5 workers took 638 s where 4 took 690, 2026-12-04),
+	# leaves a core idle otherwise; on 2 cores, 5 workers took 618 s where 4 took 625, the same
+	# commit, 2026-12-04: within the machine's drift, docs/tests.md),
 	# each test file on one worker (its module fixtures built once), in the order tests/conftest.py
 	# gives (the longest first), not xdist's (most tests first). The benchmarks' own checks are
 	# bench-check's.
