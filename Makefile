@@ -81,7 +81,7 @@ test: setup
 # Each benchmark on tiny settings, so that none rots unnoticed: that it runs and reports, not its
 # figures (make bench measures those). CI runs it after make test.
 bench-check: setup
-	$(BIN)/python -m pytest -n $$(( $$(nproc) + 2 )) --dist loadfile -m bench
+	$(BIN)/python -m pytest -n $$(nproc) --dist load -m bench
 
 bench: setup
 	$(BIN)/python bench/scale.py

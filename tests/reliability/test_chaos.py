@@ -178,8 +178,8 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
         eval_every=1000,
         log_every=10,
     )
-    # The same 2-process run, never interrupted (forked: real torchrun gives the same bytes,
-    # tests/engine/test_fsdp.py's two-node test shows).
+    # The same 2-process run, never interrupted, on forked processes: they compute what torchrun's
+    # workers do (tests/engine/test_fsdp.py's two-node test compares the two launches under FSDP).
     straight = trained(cfg, Launch(nproc_per_node=2))
     job = tmp_path / "killed.json"
     job.write_text(json.dumps({"config": cfg.to_dict(), "callbacks": []}))

@@ -73,7 +73,7 @@ def live_folder(root: Path) -> Path | None:
     )
 
 
-def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo, tmp_path):
+def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo, smoke_repo, tmp_path):
     runs = repo / "data/06_models/stable_run"
     proc = start(repo, *STABLE, "--params", "pretrain.launch.nproc_per_node=2,pretrain.run_name=ddp")
     wait_for(lambda: (runs / "ddp/checkpoints/latest").is_file(), proc)
@@ -100,12 +100,15 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo, tmp_path):
     assert "resumed from checkpoint" in out.stderr + out.stdout
     assert not list(runs.rglob(".tmp-*")) and not list(Path(tempfile.gettempdir()).glob("lehr-launch-*"))
     # ...and exactly: the same 2-process run, never interrupted, ends with the same weights: the
-    # configuration the stage recorded, trained on forked processes into this test's own folder
-    # (the record's paths are the project's, relative to it).
+    # configuration the stage recorded (the smoke profile's math, as the session's own run had it),
+    # trained on forked processes into this test's folder (the record's paths are the project's).
     pre_anneal = repo / "data/06_models/pre_anneal"
-    recorded, straight = TrainConfig(**State.read(pre_anneal).config), tmp_path / "straight"
+    state = State.read(pre_anneal)
+    assert state.world_size == 2
+    assert state.math_hash == State.read(smoke_repo.parent / "reference/pre_anneal").math_hash
+    recorded, straight = TrainConfig(**state.config), tmp_path / "straight"
     stop = dataclasses.replace(
-        recorded.stop_rule, save_to=str(straight / "pre_anneal"), keep_to=str(straight / "points")
+        recorded.stop_rule, save_to=str(tmp_path / "pre_anneal"), keep_to=str(tmp_path / "points")
     )
     tasks = {name: str(repo / path) for name, path in recorded.task_files.items()}
     cfg = dataclasses.replace(
@@ -113,7 +116,7 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo, tmp_path):
     )
     forked.run(cfg, Launch(nproc_per_node=2))
     resumed = load_file(pre_anneal / "model.safetensors")
-    ref = load_file(straight / "pre_anneal/model.safetensors")
+    ref = load_file(tmp_path / "pre_anneal/model.safetensors")
     assert resumed.keys() == ref.keys() and all(torch.equal(resumed[k], ref[k]) for k in ref)
 
 
