@@ -184,6 +184,14 @@ INGREDIENTS = {
         "nanochat (BOS-aligned best fit)",
         {"pretrain.packing": "bos_best_fit"},
     ),
+    # The same steps would train 6.8% fewer tokens (840 sequences fewer over the ramp's 105 steps),
+    # so the plan grows to 747 steps: 523 stable and 299 annealed, 12,312 sequences against the
+    # default's 12,320 (0.06% fewer tokens). More, smaller steps at the same tokens is the ingredient.
+    "batch-warmup": (
+        "batch-size warmup: 4, 8, 12 sequences for 35 steps each, then 16",
+        "modded-nanogpt #46",
+        {"pretrain.batch_warmup_steps": 105, "pretrain.batch_warmup_start": 4, "pretrain.planned_steps": 747},
+    ),
     # The anneal's alone: at the baseline's own seeds its queued experiment finds pretrain_stable up
     # to date and anneals the baseline's pre_anneal from DVC's cache (no stable phase of its own to
     # time); at another seed it trains that seed's stable phase, as the default at that seed does.

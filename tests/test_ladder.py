@@ -194,6 +194,9 @@ def test_a_model_outside_the_ladders_family_is_said_to_be_an_extrapolation():
     assert family_gaps(family, rung) == [
         "not annealed (a stable phase's checkpoint), where every rung's endpoint is"
     ]
+    assert family_gaps(family, rung, (100, 20), batch_warmup_steps=105) == [
+        "a batch-size warmup over its first 105 steps, where no rung has one"
+    ]
 
 
 def test_a_law_fitted_to_its_own_values_comes_back():
@@ -217,6 +220,9 @@ def test_bad_ladders_are_refused_naming_the_key(recipe, smoke_shards):
     huge = from_mapping(LadderParams, {**MICRO, "budgets": [512 * 10_000]}, "ladder")
     with pytest.raises(ValueError, match="more than the corpus's .* repeated pretrain.max_epochs_warn"):
         rung_params(pretrain, anneal, huge, 1, shards)
+    warmup = dataclasses.replace(pretrain, batch_warmup_steps=10, batch_warmup_start=4)
+    with pytest.raises(ValueError, match="pretrain.batch_warmup_steps = 10 is not supported on the ladder"):
+        rung_params(warmup, anneal, from_mapping(LadderParams, MICRO, "ladder"), 1, shards)
     off = from_mapping(LadderParams, {**MICRO, "budgets": [5000]}, "ladder")
     with pytest.raises(ValueError, match="ladder.budgets = 5000 is not a whole number of steps of 512"):
         rung_params(pretrain, anneal, off, 1, shards)

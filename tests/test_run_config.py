@@ -155,6 +155,16 @@ def test_branch_points_are_whole_steps_within_the_stable_phase(tmp_path):
     late = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[401 * 4096])
     with pytest.raises(ValueError, match=r"\(step 401\), past the stable phase: it surely runs to step 400"):
         stable_config(late, MANIFEST, tmp_path, PROV)
+    # With a batch-size warmup (4, 8, 12 sequences for 35 steps each, then 16) a step's tokens
+    # vary: 35 x 4 x 256 tokens end step 35, and a point between steps names the two around it.
+    ramp = dict(batch_warmup_steps=105, batch_warmup_start=4)
+    warm = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[140 * 256, 1720 * 256], **ramp)
+    assert stable_config(warm, MANIFEST, tmp_path, PROV).stop_rule.keep == (35, 160)
+    between = params("pretrain", "parameters_pretrain_stable.yml", branch_points=[142 * 256], **ramp)
+    with pytest.raises(
+        ValueError, match=r"fewer in the first 105, the batch-size warmup\): use 35840 or 37888$"
+    ):
+        stable_config(between, MANIFEST, tmp_path, PROV)
     with pytest.raises(
         ValueError, match="pretrain.branch_points = \\[-1\\] must be a list of positive token"
     ):

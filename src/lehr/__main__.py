@@ -306,7 +306,7 @@ def _ladder(args: argparse.Namespace) -> int:
     elif run:
         from lehr.stages.ladder_rungs import family_gaps  # torch and the engine: only for a checkpoint
 
-        for gap in family_gaps(family, run["model"], run["decay"]):
+        for gap in family_gaps(family, run["model"], run["decay"], run["batch_warmup_steps"]):
             print(f"note: an extrapolation across shapes: {gap}")
     else:
         from lehr.stages.ladder_params import ShapeRule
@@ -352,6 +352,7 @@ def _trained(folder: Path) -> dict:
         "tokens": state.tokens,
         "model": state.config["model"],
         "decay": (start, steps) if start is not None else None,
+        "batch_warmup_steps": state.config.get("batch_warmup_steps", 0),
         "bpb": evals[-1].get("heldout", {}).get("bpb"),
     }
 

@@ -90,9 +90,9 @@ def test_tokens_per_tier_replays_the_tier_draws(smoke_shards):
     shards = ShardSet(smoke_shards, 512, 64)
     stream = TrainStream(shards, 64, 1)
     mix_at = lambda step: MIX if step < 10 else {"gold": 1.0}  # noqa: E731 - a stable then an anneal mix
-    tiers = stream.tokens_per_tier(range(0, 20), 8, mix_at)
+    tiers = stream.tokens_per_tier(range(0, 20), lambda _: 8, mix_at)
     assert sum(t["tokens"] for t in tiers.values()) == 20 * 8 * 64
-    only_gold = stream.tokens_per_tier(range(10, 20), 8, mix_at)
+    only_gold = stream.tokens_per_tier(range(10, 20), lambda _: 8, mix_at)
     assert set(only_gold) == {"gold"} and only_gold["gold"]["tokens"] == 10 * 8 * 64
     for tier, t in tiers.items():
         assert t["tier_tokens"] == shards.sources[f"train/{tier}"].n_tokens

@@ -21,8 +21,10 @@ from lehr.engine.artifacts.export import ExportError, export_hf, export_plain, l
 from lehr.engine.batches import DataError, Documents, ShardSet, Source, TrainStream
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist.launch import Launch
+from lehr.engine.hardware import resolve
 from lehr.engine.memory import Setup, estimate, parameter_count
 from lehr.engine.model import INGREDIENTS, Transformer, preset
+from lehr.engine.run import step
 from lehr.engine.run.loop import train
 from tests.engine import compare_runs
 from tests.engine.forked import run
@@ -35,7 +37,9 @@ MUON_ON = dict(
     muon_normuon_beta2=0.95,
 )
 MUON_FIELDS = {"muon_orthogonaliser", "muon_cautious_decay", "muon_normuon_beta2"}
-DATA_ON = dict(packing="bos_best_fit")
+# The batch-size warmup draws 2, 4 and 6 of the 8 sequences before step 8: a resume at step 6 is
+# inside it, and under DDP a process's 3 of 6 are micro-batches of 2 and 1.
+DATA_ON = dict(packing="bos_best_fit", batch_warmup_steps=8, batch_warmup_start=2)
 STEPS = dict(planned_steps=12, micro_batch=2, eval_every=6, ckpt_every=4)
 
 
@@ -355,7 +359,7 @@ def test_lehr_info_names_the_ingredients_a_checkpoint_was_trained_with(tiny_conf
     assert line.split(None, 1)[1].strip() == (
         "mlp=relu2, logit_softcap=15.0, layer_scalars=True, value_embeds=True, "
         "muon_orthogonaliser=polar_express, muon_cautious_decay=True, muon_normuon_beta2=0.95, "
-        "packing=bos_best_fit"
+        "packing=bos_best_fit, batch_warmup_steps=8"
     )
 
 
@@ -442,3 +446,59 @@ def test_a_branch_leaves_its_origins_tail_behind_and_an_fsdp_branch_may_turn_nor
     assert summary["mode"] == "branch" and summary["step"] == 16
     run(tiny_config(out_dir=str(tmp_path / "one"), **on), Launch(nproc_per_node=1))
     compare_runs.assert_same(tmp_path / "one", tmp_path / "fsdp", exact=False, atol=2e-2, loss_atol=1e-3)
+
+
+WARMUP = dict(batch_warmup_steps=8, batch_warmup_start=2, planned_steps=12, eval_every=6, ckpt_every=4)
+
+
+def test_a_batch_size_warmup_draws_its_stages_and_counts_their_tokens(tiny_config, tmp_path):
+    cfg = tiny_config(**WARMUP, out_dir=str(tmp_path / "warm"))
+    assert [cfg.rows(s) for s in range(10)] == [2, 2, 2, 4, 4, 4, 6, 6, 8, 8]
+    summary = run(cfg, Launch(nproc_per_node=1))
+    rows = 3 * 2 + 3 * 4 + 2 * 6 + 4 * 8
+    assert summary["tokens"] == rows * 64 == cfg.rows_before(12) * 64
+    assert sum(t["tokens"] for t in summary["tiers"].values()) == summary["tokens"]
+    # Its first stage is a plain run of 2 sequences a step: the same windows, the same updates.
+    plain = dict(WARMUP, batch_warmup_steps=0, batch_size=2, micro_batch=2, end_step=3)
+    run(tiny_config(**plain, out_dir=str(tmp_path / "plain")), Launch(nproc_per_node=1))
+    run(dataclasses.replace(cfg, end_step=3, out_dir=str(tmp_path / "first")), Launch(nproc_per_node=1))
+    compare_runs.assert_same(tmp_path / "plain", tmp_path / "first", exact=True)
+
+
+def test_micro_batches_of_unequal_rows_weigh_each_by_its_rows():
+    """A warmup stage of 6 sequences in micro-batches of 4 and 2 accumulates the gradient of the
+    6 together, to fp32's rounding (a plain count would weigh the 2 as much as the 4)."""
+    torch.manual_seed(0)
+    model = Transformer(preset("tiny", 512))
+    rows = torch.randint(0, 512, (6, 65))
+    pairs = [(rows[:4, :-1], rows[:4, 1:]), (rows[4:, :-1], rows[4:, 1:])]
+    hw, scaler = resolve("cpu", "fp32", None), torch.amp.GradScaler("cpu", enabled=False)
+    grads = []
+    for batches in (pairs, [(rows[:, :-1], rows[:, 1:])]):
+        model.zero_grad()
+        loss = step.accumulate(model, model, batches, scaler, hw)
+        grads.append((loss, [p.grad.clone() for p in model.parameters()]))
+    (split, split_grads), (whole, whole_grads) = grads
+    torch.testing.assert_close(split, whole, rtol=0, atol=1e-6)
+    for a, b in zip(split_grads, whole_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (dict(batch_warmup_start=3), "batch_warmup_start = 3 must divide batch_size 8 and be smaller"),
+        (dict(batch_warmup_start=8), "batch_warmup_start = 8 must divide batch_size 8 and be smaller"),
+        (dict(batch_warmup_steps=-1), r"batch_warmup_steps = -1 must be >= 0 \(0 = off\)"),
+    ],
+)
+def test_a_batch_size_warmup_out_of_range_is_refused_by_name(tiny_config, overrides, said):
+    with pytest.raises(ConfigError, match=said):
+        tiny_config(**{**WARMUP, **overrides})
+
+
+def test_a_batch_size_warmup_whose_stages_do_not_split_over_the_processes_is_refused(tiny_config):
+    cfg = tiny_config(**WARMUP, micro_batch=1)
+    cfg.check_split(2)
+    with pytest.raises(ValueError, match="batch_warmup_start 2 does not split evenly over 4 processes"):
+        cfg.check_split(4)

@@ -211,12 +211,13 @@ class TrainStream:
         rng = np.random.default_rng([self.data_seed, step])
         return tiers, rng.choice(len(tiers), size=batch_size, p=weights / weights.sum()), rng
 
-    def tokens_per_tier(self, steps: range, batch_size: int, mix_at) -> dict[str, dict]:
-        """Tokens the steps in ``steps`` draw from each tier (``mix_at(step)`` is that step's mix),
-        and the tier's size in epochs. Replays the tier draws only, so it costs microseconds a step."""
+    def tokens_per_tier(self, steps: range, rows_at, mix_at) -> dict[str, dict]:
+        """Tokens the steps in ``steps`` draw from each tier (``rows_at(step)`` and ``mix_at(step)``
+        are that step's sequences and mix), and the tier's size in epochs. Replays the tier draws
+        only, so it costs microseconds a step."""
         counts: dict[str, int] = {}
         for step in steps:
-            tiers, picks, _ = self._picks(step, batch_size, mix_at(step))
+            tiers, picks, _ = self._picks(step, rows_at(step), mix_at(step))
             for i, tier in enumerate(tiers):
                 counts[tier] = counts.get(tier, 0) + int((picks == i).sum()) * self.seq_len
         out = {}

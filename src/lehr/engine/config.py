@@ -60,7 +60,8 @@ class ScheduleConfig(Part):
 
 
 MUON_INGREDIENTS = ("muon_orthogonaliser", "muon_cautious_decay", "muon_normuon_beta2")  # docs/recipe.md
-RUN_INGREDIENTS = (*MUON_INGREDIENTS, "packing")  # the recipe's ingredients that are not the model's
+# The recipe's ingredients that are not the model's.
+RUN_INGREDIENTS = (*MUON_INGREDIENTS, "packing", "batch_warmup_steps")
 
 
 def _under_muon(cfg: OptimizerConfig) -> bool:
@@ -142,17 +143,57 @@ class DataConfig(Part):
     )  # tier -> weight
     # warn at start when a tier would be repeated more often (epochs)
     max_epochs_warn: float = setting(4.0, resumable=True)
+    # A batch-size warmup (modded-nanogpt record #46 ramps the batch up in stages; early steps learn
+    # common patterns from few sequences): the first batch_warmup_steps steps draw
+    # batch_warmup_start sequences, then twice as many, and so on in equal stages, up to
+    # batch_size. The same steps then train fewer tokens (``rows_before``); 0 = off.
+    batch_warmup_steps: int = setting(0, off=0)
+    batch_warmup_start: int = setting(4, used_if=lambda c: c.batch_warmup_steps != 0)
 
     def check(self) -> None:
-        require_positive(self, "batch_size", "micro_batch", "max_epochs_warn")
+        require_positive(self, "batch_size", "micro_batch", "max_epochs_warn", "batch_warmup_start")
         require(
             self.batch_size % self.micro_batch == 0,
             "batch_size",
             self.batch_size,
             f"is not a multiple of micro_batch {self.micro_batch}",
         )
+        require(
+            self.batch_warmup_steps >= 0,
+            "batch_warmup_steps",
+            self.batch_warmup_steps,
+            "must be >= 0 (0 = off)",
+        )
+        if self.batch_warmup_steps:
+            start = self.batch_warmup_start
+            require(
+                start < self.batch_size and self.batch_size % start == 0,
+                "batch_warmup_start",
+                start,
+                f"must divide batch_size {self.batch_size} and be smaller: the warmup's stages draw "
+                f"{start}, {2 * start}, ... sequences up to it (e.g. {self.batch_size // 4 or 1})",
+            )
         require_seed("data_seed", self.data_seed)
         check_mix(self.stable_mix, "stable_mix")
+
+    def rows(self, step: int) -> int:
+        """The sequences ``step`` draws: batch_size, or a stage of the batch-size warmup."""
+        if step >= self.batch_warmup_steps:
+            return self.batch_size
+        stages = self.batch_size // self.batch_warmup_start  # the last is batch_size itself
+        return self.batch_warmup_start * (1 + step * (stages - 1) // self.batch_warmup_steps)
+
+    def rows_before(self, step: int) -> int:
+        """The sequences the steps before ``step`` drew (times seq_len: the tokens trained)."""
+        ramp = sum(self.rows(s) for s in range(min(step, self.batch_warmup_steps)))
+        return ramp + max(0, step - self.batch_warmup_steps) * self.batch_size
+
+    def steps_in(self, rows: int) -> int:
+        """The most steps whose sequences add up to at most ``rows``."""
+        ramp = self.rows_before(self.batch_warmup_steps)
+        if rows >= ramp:
+            return self.batch_warmup_steps + (rows - ramp) // self.batch_size
+        return next(s for s in range(self.batch_warmup_steps) if self.rows_before(s + 1) > rows)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -500,14 +541,20 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         unused = not_in_use(self)
         return [f"{k}={getattr(self, k)}" for k in RUN_INGREDIENTS if k not in unused]
 
-    def grad_accum(self, world_size: int) -> int:
+    def check_split(self, world_size: int) -> None:
+        """Every step's sequences split evenly over the processes (each process's share in
+        micro-batches of micro_batch, the last of a warmup stage's maybe smaller)."""
         per_step = self.micro_batch * world_size
         if self.batch_size % per_step:
             raise ValueError(
                 f"batch_size {self.batch_size} is not divisible by micro_batch {self.micro_batch} x "
                 f"{world_size} processes; choose a batch_size that is"
             )
-        return self.batch_size // per_step
+        if self.batch_warmup_steps and self.batch_warmup_start % world_size:
+            raise ValueError(
+                f"batch_warmup_start {self.batch_warmup_start} does not split evenly over {world_size} "
+                f"processes; choose a multiple of {world_size}"
+            )
 
     def to_dict(self) -> dict:
         """For files (checkpoint state, a torchrun job); in-process, the object itself travels."""

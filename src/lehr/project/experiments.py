@@ -56,7 +56,7 @@ def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
             model = model_config(p, manifest)
         else:  # no tokenizer yet: any vocabulary gives the context length
             model = preset(p.model.preset, p.model.vocab_size or 256, **p.model.overrides)
-        branch_point_steps(p, p.batch_size, model.seq_len, stop_rule(p))
+        branch_point_steps(p, model.seq_len, stop_rule(p))
     except ValueError as e:
         return [str(e)]
     return context_problems(model.seq_len, shards)

@@ -23,6 +23,13 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
     """The stable phase and the cooldown recipe of the rung of ``depth``: the project's recipe at
     that shape (its model overrides too, e.g. the residual scalars), planned to end at the largest
     budget, with a branch point at each other one."""
+    require(
+        not p.batch_warmup_steps,
+        "pretrain.batch_warmup_steps",
+        p.batch_warmup_steps,
+        "is not supported on the ladder, whose budgets are whole steps of batch_size sequences at "
+        "every rung: set it to 0 for the ladder (a run with it is predicted as an extrapolation)",
+    )
     per_step = p.batch_size * ladder.shape.seq_len
     budgets = sorted(set(ladder.budgets))
     _check_budgets(p, ladder, budgets, per_step, manifest)
@@ -49,7 +56,9 @@ def recipe_overrides(p: PretrainParams, ladder: LadderParams) -> dict:
     return {k: v for k, v in p.model.overrides.items() if k not in shaped}
 
 
-def family_gaps(family: dict, model: dict, decay: tuple[int, int] | None = None) -> list[str]:
+def family_gaps(
+    family: dict, model: dict, decay: tuple[int, int] | None = None, batch_warmup_steps: int = 0
+) -> list[str]:
     """How a model (its math dict) and its anneal (decay start and steps) lie outside the ladder's
     ``family``; none for a member, where the law interpolates between rungs of its own kind. (A fit
     made before rungs took the recipe's model overrides records none: its rungs had none.)"""
@@ -72,6 +81,8 @@ def family_gaps(family: dict, model: dict, decay: tuple[int, int] | None = None)
                 f"an anneal of {steps} steps after {start} ({steps / start:.2f} of them) where each rung "
                 f"cools down {family['decay_ratio']} of the steps before it"
             )
+    if batch_warmup_steps:  # refused on the ladder (``rung_params``)
+        gaps.append(f"a batch-size warmup over its first {batch_warmup_steps} steps, where no rung has one")
     return gaps
 
 

@@ -58,7 +58,7 @@ def stable_config(
     # its folder after (a copy); named before the branch points join the rule: keeping a
     # checkpoint changes no step.
     run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
-    steps = branch_point_steps(p, cfg.batch_size, cfg.model.seq_len, rule)
+    steps = branch_point_steps(p, cfg.model.seq_len, rule)
     kept = dict(keep=steps, keep_to=str(run_dir / "branch_points"))
     rule = dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"), **kept)
     return dataclasses.replace(cfg, out_dir=str(run_dir), stop_rule=rule)
@@ -79,28 +79,33 @@ def stop_rule(p: PretrainParams) -> StopRule:
     )
 
 
-def branch_point_steps(p: PretrainParams, batch_size: int, seq_len: int, rule: StopRule) -> tuple[int, ...]:
+def branch_point_steps(p: PretrainParams, seq_len: int, rule: StopRule) -> tuple[int, ...]:
     """``pretrain.branch_points`` as steps, each refused unless it is a whole step that the stable
     phase reaches whatever auto-anneal decides."""
-    per_step = batch_size * seq_len
+    per_step = p.batch_size * seq_len
     last = rule.min_step if rule.auto else rule.planned_step
     steps = []
     for tokens in p.branch_points:
-        if tokens % per_step or tokens <= 0:
-            below = tokens // per_step * per_step
-            nearest = " or ".join(str(n) for n in (below, below + per_step) if n > 0)
+        step = p.steps_in(tokens // seq_len)
+        if tokens <= 0 or p.rows_before(step) * seq_len != tokens:
+            nearest = " or ".join(str(p.rows_before(s) * seq_len) for s in (step, step + 1) if s > 0)
+            warmup = (
+                f"; fewer in the first {p.batch_warmup_steps}, the batch-size warmup"
+                if p.batch_warmup_steps
+                else ""
+            )
             raise ValueError(
                 f"pretrain.branch_points names {tokens} tokens, not a whole number of steps of {per_step} "
-                f"tokens (batch_size {batch_size} x seq_len {seq_len}): use {nearest}"
+                f"tokens (batch_size {p.batch_size} x seq_len {seq_len}{warmup}): use {nearest}"
             )
-        if tokens // per_step > last:
+        if step > last:
             why = "auto_anneal.min_fraction" if rule.auto else "planned_decay_fraction"
             raise ValueError(
-                f"pretrain.branch_points names {tokens} tokens (step {tokens // per_step}), past the stable "
-                f"phase: it surely runs to step {last} ({last * per_step} tokens; {why} sets it), no "
+                f"pretrain.branch_points names {tokens} tokens (step {step}), past the stable phase: it "
+                f"surely runs to step {last} ({p.rows_before(last) * seq_len} tokens; {why} sets it), no "
                 "further. Name a smaller count, or lengthen the stable phase (pretrain.planned_steps)."
             )
-        steps.append(tokens // per_step)
+        steps.append(step)
     return tuple(sorted(set(steps)))
 
 

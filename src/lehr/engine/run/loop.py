@@ -124,8 +124,7 @@ class Run:
             self.end_step(),
             callbacks,
             Throughput(
-                tokens_per_step=cfg.batch_size * cfg.model.seq_len,
-                flops_per_step=core.flops_per_token() * cfg.batch_size * cfg.model.seq_len,
+                flops_per_token=core.flops_per_token(),
                 peak_flops=peak * 1e12 * dist.world if peak else None,
             ),
         )
@@ -140,7 +139,7 @@ class Run:
             if cfg.sample_tokens or self.tasks
             else None
         )
-        self.accum = cfg.grad_accum(dist.world)
+        cfg.check_split(dist.world)
         self.log.restart_clock()
 
     def _announce(self) -> None:
@@ -158,6 +157,16 @@ class Run:
         )
         if ingredients := cfg.model.ingredients + cfg.ingredients:
             log.info("ingredients: %s (docs/recipe.md)", ", ".join(ingredients))
+        if cfg.batch_warmup_steps:
+            stages = sorted({cfg.rows(s) for s in range(cfg.batch_warmup_steps)})
+            log.info(
+                "batch-size warmup: steps 0 to %d draw %s sequences, then %d; %.2fM tokens by step %d",
+                cfg.batch_warmup_steps - 1,
+                ", ".join(map(str, stages)),
+                cfg.batch_size,
+                self.tokens_at(self.end_step()) / 1e6,
+                self.end_step(),
+            )
         per = "GPU" if self.hw.device.type == "cuda" else "process, in RAM"
         log.info(
             "memory estimate (%s, %s): %s",
@@ -185,7 +194,7 @@ class Run:
 
     def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:
         if self.dist.is_main:  # the tiers are counted where they are logged
-            tiers = self.trainee.stream.tokens_per_tier(steps, self.cfg.batch_size, self.mix)
+            tiers = self.trainee.stream.tokens_per_tier(steps, self.cfg.rows, self.mix)
             self.log.epochs(tiers, when, warn_above)
 
     def end_checkpoint(self) -> Path:
@@ -254,17 +263,11 @@ class Run:
         )
         optim.set_lr(trainee.optimizer, lr)
         batches = trainee.stream.next_batches(
-            cfg.batch_size, self.mix(s), self.dist.rank, self.dist.world, cfg.micro_batch, self.hw.device
+            cfg.rows(s), self.mix(s), self.dist.rank, self.dist.world, cfg.micro_batch, self.hw.device
         )
         try:
             loss = step.accumulate(
-                self.forward,
-                self.model,
-                batches,
-                trainee.scaler,
-                self.hw,
-                self.accum,
-                z_loss=cfg.z_loss,
+                self.forward, self.model, batches, trainee.scaler, self.hw, z_loss=cfg.z_loss
             )
         except torch.OutOfMemoryError as e:
             raise step.out_of_memory(s, self.hw, cfg.micro_batch) from e
@@ -274,13 +277,13 @@ class Run:
             trainee.model, trainee.optimizer, trainee.scaler, self.guard, cfg.grad_clip, batch_loss
         )
         self.prog.step += 1
-        self.prog.tokens += cfg.batch_size * cfg.model.seq_len
+        self.prog.tokens += cfg.rows(s) * cfg.model.seq_len
         if (
             cfg.tail_steps
             and tail.first_step(self.decay_end, cfg.tail_steps) <= self.prog.step <= self.decay_end
         ):
             tail.add(trainee.model, trainee.optimizer)
-        self.log.stepped()
+        self.log.stepped(cfg.rows(s) * cfg.model.seq_len)
         return step.StepResult(loss, grad_norm, lr)
 
     # -- the sync point: the host reads the device, once ---------------------------------------
@@ -377,7 +380,11 @@ class Run:
     def branch_point(self, step: int) -> Path:
         """Where the stable phase keeps its checkpoint of ``step`` for good (a branch point)."""
         rule = self.cfg.stop_rule
-        return Path(rule.keep_to) / rule.kept_name(step * self.cfg.batch_size * self.cfg.model.seq_len)
+        return Path(rule.keep_to) / rule.kept_name(self.tokens_at(step))
+
+    def tokens_at(self, step: int) -> int:
+        """The tokens trained by ``step`` (fewer than step x batch_size within a batch-size warmup)."""
+        return self.cfg.rows_before(step) * self.cfg.model.seq_len
 
     def _check_branch_points(self) -> None:
         """A run resumed past a branch point it never kept cannot keep it any more (the weights of
@@ -467,6 +474,6 @@ class Run:
             "flops_per_token": self.trainee.model.flops_per_token(),
             "heldout": prog.evals[-1] if prog.evals else None,
             "best_loss": prog.best_loss,
-            "tiers": self.trainee.stream.tokens_per_tier(range(0, prog.step), cfg.batch_size, self.mix),
+            "tiers": self.trainee.stream.tokens_per_tier(range(0, prog.step), cfg.rows, self.mix),
             "branch_points": self.branch_points(),
         }

@@ -68,11 +68,10 @@ def timing(run_dir: Path) -> tuple[float | None, int | None]:
 
 @dataclass(frozen=True)
 class Throughput:
-    """What the clock turns into rates: tokens and FLOPs per optimizer step, and the peak FLOP/s
+    """What the clock turns into rates: the model's FLOPs per token trained, and the peak FLOP/s
     of every process together (None where the hardware's peak is unknown: no MFU)."""
 
-    tokens_per_step: int
-    flops_per_step: float
+    flops_per_token: float
     peak_flops: float | None
 
 
@@ -91,7 +90,7 @@ class RunLog:
         self.bar = None
         # The training time since the last log line: evals and rolling saves restart the clock,
         # so tokens/s and MFU are of training steps alone (OLMo-core's speed monitor does the same).
-        self.since, self.steps = time.perf_counter(), 0
+        self.since, self.tokens = time.perf_counter(), 0
         if enabled:
             # A resumed run hands its callbacks the history it kept (in one call, so a tracker can
             # send it in a few batches), and the tracker opened for this attempt holds the whole
@@ -116,18 +115,18 @@ class RunLog:
         clock = {(r["step"], r["kind"]): r for r in kept[self.timing_path]}
         return [{**rec, **clock.get((rec["step"], rec["kind"]), {})} for rec in kept[self.path]]
 
-    def stepped(self) -> None:
-        self.steps += 1
+    def stepped(self, tokens: int) -> None:
+        self.tokens += tokens
 
     def restart_clock(self) -> None:
         """After work that is not training (an eval, a rolling save): the next interval starts now."""
-        self.since, self.steps = time.perf_counter(), 0
+        self.since, self.tokens = time.perf_counter(), 0
 
     def train_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, mem: str) -> None:
         """The log line of ``step`` and its record, with the rates of the steps since the last one."""
         seconds = time.perf_counter() - self.since
         rate = self.throughput
-        mfu = rate.flops_per_step * self.steps / seconds / rate.peak_flops if rate.peak_flops else None
+        mfu = rate.flops_per_token * self.tokens / seconds / rate.peak_flops if rate.peak_flops else None
         # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
         self.step(
             {
@@ -136,7 +135,7 @@ class RunLog:
                 "loss": loss,
                 "lr": lr,
                 "grad_norm": grad_norm,
-                "tok_per_s": self.steps * rate.tokens_per_step / seconds,
+                "tok_per_s": self.tokens / seconds,
                 "mfu": mfu,
                 "tokens": tokens,
                 "mem": mem,

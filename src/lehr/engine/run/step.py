@@ -29,21 +29,30 @@ def accumulate(
     batches: list,
     scaler,
     hw: Hardware,
-    accum: int,
     z_loss: float = 0.0,
 ) -> torch.Tensor:
     """Backward over the micro-batches; returns the batch's mean cross-entropy (the z-loss is
     trained on, not reported) as a device scalar."""
     step_loss = torch.zeros((), device=hw.device)
+    rows = [len(x) for x, _ in batches]
     for i, (x, y) in enumerate(batches):
         with parallel.no_sync(model, last=i == len(batches) - 1):
             with hw.compute():
                 logits, loss = forward(x, y)
             objective = loss + z_loss * logits.float().logsumexp(-1).square().mean() if z_loss else loss
-            # Divide so the accumulated gradient is that of one batch of batch_size sequences.
-            scaler.scale(objective / accum).backward()
-        step_loss += loss.detach() / accum
+            scaler.scale(_share(objective, len(x), rows)).backward()
+        step_loss += _share(loss.detach(), len(x), rows)
     return step_loss
+
+
+def _share(t: torch.Tensor, n: int, rows: list[int]) -> torch.Tensor:
+    """A micro-batch's part of the step's mean over its sequences, so that the accumulated gradient
+    is that of the whole batch: ``t`` / their count where the micro-batches are equal (the bits of
+    every run before the batch-size warmup), ``t`` x n / the rows where a warmup stage ends on a
+    smaller one."""
+    if len(set(rows)) == 1:
+        return t / len(rows)
+    return t * (n / sum(rows))
 
 
 def update(
