@@ -220,9 +220,10 @@ def test_bad_ladders_are_refused_naming_the_key(recipe, smoke_shards):
     huge = from_mapping(LadderParams, {**MICRO, "budgets": [512 * 10_000]}, "ladder")
     with pytest.raises(ValueError, match="more than the corpus's .* repeated pretrain.max_epochs_warn"):
         rung_params(pretrain, anneal, huge, 1, shards)
+    # A recipe's batch-size warmup stays off the rungs, whose budgets are whole steps.
     warmup = dataclasses.replace(pretrain, batch_warmup_steps=10, batch_warmup_start=4)
-    with pytest.raises(ValueError, match="pretrain.batch_warmup_steps = 10 is not supported on the ladder"):
-        rung_params(warmup, anneal, from_mapping(LadderParams, MICRO, "ladder"), 1, shards)
+    stable, _ = rung_params(warmup, anneal, from_mapping(LadderParams, MICRO, "ladder"), 1, shards)
+    assert stable.batch_warmup_steps == 0 and stable.branch_points == [5120]
     off = from_mapping(LadderParams, {**MICRO, "budgets": [5000]}, "ladder")
     with pytest.raises(ValueError, match="ladder.budgets = 5000 is not a whole number of steps of 512"):
         rung_params(pretrain, anneal, off, 1, shards)

@@ -3,6 +3,7 @@ two of them resumes to the same bytes at every one."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -74,3 +75,24 @@ def test_a_branch_point_added_after_the_run_passed_it_is_refused(tiny_config, tm
         ValueError, match=r"resumed at step 20, past the branch point\(s\) tokens-1536, which it"
     ):
         train(tiny_config(out_dir=str(tmp_path), stop_rule=_rule(tmp_path, keep=(3, 6, 12)), **common))
+
+
+def test_a_branch_point_inside_a_batch_size_warmup_is_named_by_the_tokens_it_trained(tiny_config, tmp_path):
+    """Steps 0-2 draw 2 sequences, 3-5 4, 6-7 6, then 8: step 3 ends 6 x 64 tokens in, step 12
+    62 x 64; every log record counts the tokens drawn, and its rate the step it covers."""
+    ramp = dict(batch_warmup_steps=8, batch_warmup_start=2, ckpt_every=5, log_every=1, eval_every=10)
+    cfg = tiny_config(out_dir=str(tmp_path), stop_rule=_rule(tmp_path, keep=(3, 12)), **ramp)
+    summary = train(cfg)
+    assert set(summary["branch_points"]) == {"tokens-384", "tokens-3968"}
+    for name in summary["branch_points"]:
+        tokens = checkpoint.verify(tmp_path / "branch_points" / name)["progress"]["tokens"]
+        assert tokens == int(name.removeprefix("tokens-"))
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in steps] == list(range(1, 21))
+    timing = [json.loads(line) for line in (tmp_path / "timing.jsonl").read_text().splitlines()]
+    clocks = {r["step"]: r for r in timing if r["kind"] == "train"}
+    for r in steps:
+        assert r["tokens"] == cfg.rows_before(r["step"]) * 64
+        clock = clocks.get(r["step"], r)
+        assert clock["tok_per_s"] * clock["seconds"] == pytest.approx(cfg.rows(r["step"] - 1) * 64)

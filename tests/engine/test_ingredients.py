@@ -19,7 +19,7 @@ from lehr.engine import optim
 from lehr.engine.artifacts.checkpoint import CheckpointError, load_weights
 from lehr.engine.artifacts.export import ExportError, export_hf, export_plain, load_export
 from lehr.engine.batches import DataError, Documents, ShardSet, Source, TrainStream
-from lehr.engine.config import TrainConfig
+from lehr.engine.config import DataConfig, TrainConfig
 from lehr.engine.dist.launch import Launch
 from lehr.engine.hardware import resolve
 from lehr.engine.memory import Setup, estimate, parameter_count
@@ -484,12 +484,34 @@ def test_micro_batches_of_unequal_rows_weigh_each_by_its_rows():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_a_batch_size_warmups_stages_and_tokens_invert_exactly():
+    for steps, start, batch in ((8, 2, 8), (10, 4, 16), (105, 4, 16), (7, 1, 8), (3, 3, 12)):
+        cfg = DataConfig(batch_size=batch, micro_batch=1, batch_warmup_steps=steps, batch_warmup_start=start)
+        stages = [cfg.rows(s) for s in range(steps)]
+        assert stages == sorted(stages) and set(stages) == set(range(start, batch, start)), stages
+        assert [cfg.rows(s) for s in range(steps, steps + 3)] == [batch] * 3
+        for s in range(steps + 5):
+            assert cfg.rows_before(s + 1) - cfg.rows_before(s) == cfg.rows(s)
+            assert cfg.steps_in(cfg.rows_before(s)) == s
+    assert [DataConfig(batch_warmup_steps=10).rows(s) for s in range(11)] == [4] * 4 + [8] * 3 + [12] * 3 + [
+        16
+    ]
+
+
 @pytest.mark.parametrize(
     "overrides, said",
     [
-        (dict(batch_warmup_start=3), "batch_warmup_start = 3 must divide batch_size 8 and be smaller"),
+        (
+            dict(batch_warmup_start=3),
+            r"batch_warmup_start = 3 must divide batch_size 8 .* below it \(e.g. 2\)",
+        ),
         (dict(batch_warmup_start=8), "batch_warmup_start = 8 must divide batch_size 8 and be smaller"),
         (dict(batch_warmup_steps=-1), r"batch_warmup_steps = -1 must be >= 0 \(0 = off\)"),
+        (
+            dict(batch_warmup_steps=2, batch_warmup_start=1),
+            "batch_warmup_steps = 2 is fewer than the warmup's 7",
+        ),
+        (dict(batch_size=1, micro_batch=1), "a batch_size of 1 has none: set batch_warmup_steps: 0"),
     ],
 )
 def test_a_batch_size_warmup_out_of_range_is_refused_by_name(tiny_config, overrides, said):

@@ -145,8 +145,8 @@ class DataConfig(Part):
     max_epochs_warn: float = setting(4.0, resumable=True)
     # A batch-size warmup (modded-nanogpt record #46 ramps the batch up in stages; early steps learn
     # common patterns from few sequences): the first batch_warmup_steps steps draw
-    # batch_warmup_start sequences, then twice as many, and so on in equal stages, up to
-    # batch_size. The same steps then train fewer tokens (``rows_before``); 0 = off.
+    # batch_warmup_start sequences, then 2x, 3x ... that, in stages as equal as whole steps allow,
+    # below batch_size. The same steps then train fewer tokens (``rows_before``); 0 = off.
     batch_warmup_steps: int = setting(0, off=0)
     batch_warmup_start: int = setting(4, used_if=lambda c: c.batch_warmup_steps != 0)
 
@@ -165,13 +165,26 @@ class DataConfig(Part):
             "must be >= 0 (0 = off)",
         )
         if self.batch_warmup_steps:
-            start = self.batch_warmup_start
+            start, batch = self.batch_warmup_start, self.batch_size
+            divisors = [d for d in range(1, batch) if batch % d == 0]
+            example = (
+                f"e.g. {max(d for d in divisors if d <= max(1, batch // 4))}"
+                if divisors
+                else ("a batch_size of 1 has none: set batch_warmup_steps: 0")
+            )
             require(
-                start < self.batch_size and self.batch_size % start == 0,
+                start in divisors,
                 "batch_warmup_start",
                 start,
-                f"must divide batch_size {self.batch_size} and be smaller: the warmup's stages draw "
-                f"{start}, {2 * start}, ... sequences up to it (e.g. {self.batch_size // 4 or 1})",
+                f"must divide batch_size {batch} and be smaller: the warmup's stages draw {start}, "
+                f"{2 * start}, ... sequences below it ({example})",
+            )
+            require(
+                self.batch_warmup_steps >= batch // start - 1,
+                "batch_warmup_steps",
+                self.batch_warmup_steps,
+                f"is fewer than the warmup's {batch // start - 1} stages ({start} to {batch - start} "
+                f"sequences by {start}): give each a step at least, or a larger batch_warmup_start",
             )
         require_seed("data_seed", self.data_seed)
         check_mix(self.stable_mix, "stable_mix")
@@ -189,7 +202,7 @@ class DataConfig(Part):
         return ramp + max(0, step - self.batch_warmup_steps) * self.batch_size
 
     def steps_in(self, rows: int) -> int:
-        """The most steps whose sequences add up to at most ``rows``."""
+        """The most steps whose sequences add up to at most ``rows`` (>= 0)."""
         ramp = self.rows_before(self.batch_warmup_steps)
         if rows >= ramp:
             return self.batch_warmup_steps + (rows - ramp) // self.batch_size
@@ -553,7 +566,8 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         if self.batch_warmup_steps and self.batch_warmup_start % world_size:
             raise ValueError(
                 f"batch_warmup_start {self.batch_warmup_start} does not split evenly over {world_size} "
-                f"processes; choose a multiple of {world_size}"
+                f"processes; choose a multiple of {world_size} that divides batch_size, or set "
+                "batch_warmup_steps: 0"
             )
 
     def to_dict(self) -> dict:

@@ -23,13 +23,6 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
     """The stable phase and the cooldown recipe of the rung of ``depth``: the project's recipe at
     that shape (its model overrides too, e.g. the residual scalars), planned to end at the largest
     budget, with a branch point at each other one."""
-    require(
-        not p.batch_warmup_steps,
-        "pretrain.batch_warmup_steps",
-        p.batch_warmup_steps,
-        "is not supported on the ladder, whose budgets are whole steps of batch_size sequences at "
-        "every rung: set it to 0 for the ladder (a run with it is predicted as an extrapolation)",
-    )
     per_step = p.batch_size * ladder.shape.seq_len
     budgets = sorted(set(ladder.budgets))
     _check_budgets(p, ladder, budgets, per_step, manifest)
@@ -45,6 +38,10 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
         planned_decay_fraction=decay / (last + decay),
         branch_points=budgets[:-1],
         auto_anneal=dataclasses.replace(p.auto_anneal, enabled=False),
+        # Every rung draws batch_size sequences from its first step, so that its budgets are whole
+        # steps: a recipe's batch-size warmup stays off the ladder, and `lehr ladder predict
+        # --checkpoint` names a run with one an extrapolation (``family_gaps``).
+        batch_warmup_steps=0,
     )
     cooldown = dataclasses.replace(a, decay_steps=0, decay_ratio=ladder.decay_ratio, patience=0)
     return stable, cooldown
@@ -81,7 +78,7 @@ def family_gaps(
                 f"an anneal of {steps} steps after {start} ({steps / start:.2f} of them) where each rung "
                 f"cools down {family['decay_ratio']} of the steps before it"
             )
-    if batch_warmup_steps:  # refused on the ladder (``rung_params``)
+    if batch_warmup_steps:  # off on every rung (``rung_params``)
         gaps.append(f"a batch-size warmup over its first {batch_warmup_steps} steps, where no rung has one")
     return gaps
 

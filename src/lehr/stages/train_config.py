@@ -86,7 +86,7 @@ def branch_point_steps(p: PretrainParams, seq_len: int, rule: StopRule) -> tuple
     last = rule.min_step if rule.auto else rule.planned_step
     steps = []
     for tokens in p.branch_points:
-        step = p.steps_in(tokens // seq_len)
+        step = p.steps_in(max(0, tokens) // seq_len)
         if tokens <= 0 or p.rows_before(step) * seq_len != tokens:
             nearest = " or ".join(str(p.rows_before(s) * seq_len) for s in (step, step + 1) if s > 0)
             warmup = (
