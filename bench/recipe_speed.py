@@ -8,7 +8,8 @@ interleaved rounds on this machine. Prints each and the ratio (issue goal: >= 1.
 With ``--ingredients`` (bench/ablation.py's; all of them when none is named), the default against
 the default with each ingredient on, in the same interleaved rounds: the ledger's tok/s column,
 measured side by side rather than from runs trained hours apart. An ingredient of the anneal alone
-(tail averaging) leaves the stable phase's speed as it is and is not timed; one the default already
+(tail averaging) leaves the stable phase's speed as it is, and one of the run's plan (the batch-size
+warmup) is timed by its whole run: neither is timed here; one the default already
 has (the residual scalars, since 2026-12-04) is timed the other way, as the default without it.
 
 Speed only: both train the default model size on random tokens with evals and checkpoints off
@@ -51,10 +52,15 @@ def default_recipe() -> dict:
     return dict(preset=p["model"]["preset"], overrides=p["model"]["overrides"], **{k: p[k] for k in keys})
 
 
+# An ingredient that sets these changes the run's plan (its steps, or its batch by step): its
+# speed is the whole run's clock (docs/recipe.md gives the batch-size warmup's), not a window's.
+PLAN = ("pretrain.planned_steps", "pretrain.batch_warmup_steps")
+
+
 def with_ingredient(recipe: dict, settings: dict) -> dict | None:
     """``recipe`` with an ingredient's ``-S`` settings applied (model overrides, or TrainConfig
-    fields as ``train``), or None for an ingredient of the anneal alone."""
-    if any(k.startswith("anneal.") for k in settings):
+    fields as ``train``), or None for one of the anneal alone or of the run's plan."""
+    if any(k.startswith("anneal.") or k in PLAN for k in settings):
         return None
     overrides, train = dict(recipe["overrides"]), dict(recipe.get("train", {}))
     for key, value in settings.items():
@@ -108,7 +114,10 @@ def main() -> None:
         for name in args.ingredients or INGREDIENTS:
             recipe = with_ingredient(now, INGREDIENTS[name][2])
             if recipe is None:
-                print(f"{name:16} not timed: it changes the anneal alone, whose stable phase is the default")
+                print(
+                    f"{name:16} not timed: it changes the anneal alone (whose stable phase is the "
+                    "default's) or the run's plan (its clock is the whole run's: docs/recipe.md)"
+                )
             elif recipe != now:
                 runs[name] = recipe
             elif (off := without_ingredient(now, INGREDIENTS[name][2])) is not None:

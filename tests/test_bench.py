@@ -74,12 +74,16 @@ def test_recipe_speed_benchmark_times_the_ledgers_ingredients_beside_the_default
     out = bench(
         "bench/recipe_speed.py",
         *("--vocab", "512", "--steps", "1", "--warmup", "1", "--rounds", "1"),
-        *("--ingredients", "relu2", "tail-average"),
+        *("--ingredients", "relu2", "tail-average", "batch-warmup"),
     )
     assert "ratio relu2/default" in out
     # ReLU² at SwiGLU's size: the model the ledger trains, d_ff 1032.
     assert re.search(r"relu2 .* 3 x 256 wide", out), out
     assert "tail-average     not timed: it changes the anneal alone" in out
+    assert (
+        "batch-warmup     not timed: it changes the anneal alone (whose stable phase is the default's) or "
+        in out
+    )
 
 
 def test_newton_schulz_benchmark_runs_on_a_tiny_model():
