@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock corpus run ladder smoke test bench bench-check mlflow-ui viz check-params
+.PHONY: setup lock corpus run ladder smoke test integration bench bench-check mlflow-ui viz check-params
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,7 +76,12 @@ test: setup
 	# each test file on one worker (its module fixtures built once), in the order tests/conftest.py
 	# gives (the longest first), not xdist's (most tests first). The benchmarks' own checks are
 	# bench-check's.
-	$(BIN)/python -m pytest -n $$(( $$(nproc) + 3 )) --dist loadfile --no-loadscope-reorder -m "not bench"
+	$(BIN)/python -m pytest -n $$(( $$(nproc) + 3 )) --dist loadfile --no-loadscope-reorder -m "not bench and not integration"
+
+# Several experiments at once through real DVC queues (docs/parallel.md): minutes of smoke runs,
+# kept out of make test's 12 minutes. Its tests time a queue of -j 2, so they run one at a time.
+integration: setup
+	$(BIN)/python -m pytest -m integration
 
 # Each benchmark on tiny settings, so that none rots unnoticed: that it runs and reports, not its
 # figures (make bench measures those). CI runs it after make test.

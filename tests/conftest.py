@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +47,11 @@ def pytest_configure(config):
     """Under pytest-xdist, each worker's torch gets its share of the cores: two workers of two
     threads each on two cores slowed tiny runs several-fold (OpenMP threads spin while they wait).
     The stage commands and torchrun workers a test starts inherit the same share."""
+    # Each worker's runs claim shares of the machine from an allocator of their own: under one
+    # machine-wide allocator, every test's stage would wait for the others' (lehr.engine.dist.shares).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    os.environ["LEHR_SHARES_DIR"] = tempfile.mkdtemp(prefix=f"lehr-shares-{worker}-")
+    os.environ.pop("LEHR_JOBS", None)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         share = max(1, (os.cpu_count() or 1) // workers)

@@ -21,6 +21,11 @@ NOT_CODE = {
     "lehr.error",
     "lehr.run_dir",
     "lehr.earlier_attempts",
+    "lehr.run_folder",
+    "lehr.process",
+    "lehr.host",
+    "lehr.cores",
+    "lehr.gpus",
 }
 PATH = re.compile(r"\bsrc/lehr/[A-Za-z0-9_/]+(?:\.py)?")
 # A file named from inside the package, as comments do: ``engine/run/loop.py``.

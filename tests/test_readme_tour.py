@@ -64,6 +64,15 @@ def branches(sandbox: Path) -> dict[str, str]:
     return {p.name: dir_hash(p) for h in homes for p in h.iterdir() if not p.name.startswith(".")}
 
 
+def cores_of(ranges: str) -> list[int]:
+    """ "0-2,5" (a share's cores, as MLflow's tag has them) -> [0, 1, 2, 5]."""
+    out = []
+    for part in filter(None, ranges.split(",")):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,7 +121,7 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
             outputs["hand_made"] = branches(sandbox)
             outputs["pre_anneal"] = dir_hash(sandbox / "data/06_models/pre_anneal")
         if line.startswith("kedro run --pipelines evaluate"):
-            outputs["metrics"] = json.loads((sandbox / "data/08_reporting/metrics.json").read_text())
+            outputs["metrics"] = json.loads((sandbox / "data/08_reporting/by_hand/metrics.json").read_text())
             outputs["evaluated"] = sorted(branches(sandbox))
 
     # make smoke left the project as it was, and its sandbox gives the dvc.lock of every fresh run
@@ -162,7 +171,7 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     cosine = next(v for k, v in outputs.items() if "-n cosine-baseline" in k)
     assert stages_run(linear) == ["anneal", "evaluate"]
     assert stages_run(cosine) == ["pretrain_stable", "anneal", "evaluate"]
-    assert stages_run(outputs["dvc exp run --run-all"]) == ["anneal", "evaluate"] * 2
+    assert stages_run(outputs["python -m lehr queue start -j 2"]) == ["anneal", "evaluate"] * 2
     # The workspace is the baseline again after each experiment, pre_anneal included.
     assert sh(sandbox, "git", "status", "--porcelain").stdout == ""
     assert dir_hash(sandbox / "data/06_models/pre_anneal") == outputs["pre_anneal"]
@@ -173,6 +182,14 @@ def test_the_readme_tour_runs_as_written(tmp_path, request, monkeypatch):
     assert by_exp["linear"] == ["anneal", "evaluate"]
     assert by_exp["cosine-baseline"] == ["anneal", "evaluate", "pretrain_stable"]
     assert all(by_exp[queued] == by_exp["linear"] for queued in got)
+    # The two queued at once each trained on a share of its own: half the cores (lehr queue start -j 2),
+    # and other cores where they ran side by side.
+    queued = runs[runs["tags.dvc.exp_name"].isin(list(got)) & (runs["tags.lehr.stage"] == "anneal")]
+    a, b = queued.to_dict("records")
+    cores = [set(cores_of(r["tags.lehr.cores"])) for r in (a, b)]
+    assert [len(c) for c in cores] == [len(os.sched_getaffinity(0)) // 2] * 2, cores
+    if a["start_time"] < b["end_time"] and b["start_time"] < a["end_time"]:
+        assert not cores[0] & cores[1], cores
     assert not list((sandbox / ".dvc/tmp/exps").rglob("mlflow.db"))
     shown = next(v for k, v in outputs.items() if k.startswith("dvc exp show"))
     assert "anneal.heldout.bpb" in shown and re.search(r"^\|.*\blinear\b.*\| \d+\.\d+", shown, re.M), shown

@@ -14,6 +14,9 @@ python -m lehr prune [--unfinished] [--yes]   remove rolling folders nothing in 
 python -m lehr check [--env PROFILE]    validate every stage's params against the data there is
 python -m lehr exp -n NAME -S F:K=V     `dvc exp run` with its -S values checked first, from the same baseline
 python -m lehr experiments              every experiment: changed params, figures, paired 95% difference
+python -m lehr queue start -j N         the queued experiments, N at once, each on its share; Ctrl-C stops
+python -m lehr queue stop               no queued experiment starts; running ones save a checkpoint, stop
+python -m lehr shares                   who holds which share of this machine (cores, GPUs)
 python -m lehr mlflow-ui [--port N]    MLflow's UI on this machine, stopped whole by Ctrl-C or SIGTERM
 python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
 python -m lehr join STAGE --params ...  node i > 0 of a run across machines: train its share
@@ -393,6 +396,22 @@ def _experiments(args: argparse.Namespace) -> int:
     return 0
 
 
+def _queue(args: argparse.Namespace) -> int:
+    from lehr.project import queue
+
+    if args.action == "start":
+        return queue.start(Path.cwd(), args.jobs)
+    queue.stop(Path.cwd())
+    return 0
+
+
+def _shares(args: argparse.Namespace) -> int:
+    from lehr.project.queue import shares_table
+
+    print(shares_table())
+    return 0
+
+
 def _mlflow_ui(args: argparse.Namespace) -> int:
     from lehr.project.mlflow_ui import serve
 
@@ -595,6 +614,26 @@ def _exp_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _queue_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        choices=("start", "stop"),
+        help="start: run the queued experiments until done (Ctrl-C stops them, keeping their "
+        "checkpoints); stop: the same stop, from another terminal",
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        help="experiments at once, each on 1/N of the cores or its own GPUs",
+    )
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    pass
+
+
 def _mlflow_ui_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store", default="sqlite:///mlflow.db", help="the tracking store (conf/base/mlflow.yml's)"
@@ -663,6 +702,12 @@ COMMANDS = {
         _experiments_args,
         _experiments,
     ),
+    "queue": (
+        "run DVC's queued experiments N at a time, each on its own share of the machine",
+        _queue_args,
+        _queue,
+    ),
+    "shares": ("who holds which share of this machine's cores and GPUs now", _no_args, _shares),
     "mlflow-ui": (
         "MLflow's UI on the project's store until Ctrl-C, all of it stopped then",
         _mlflow_ui_args,

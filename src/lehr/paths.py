@@ -19,6 +19,23 @@ def portable(path: str | Path) -> str:
     return path if rel == ".." or rel.startswith(".." + os.sep) else Path(rel).as_posix()
 
 
+def project_root() -> Path:
+    """The project whose work this is: DVC_ROOT, which DVC sets for every stage it runs and which,
+    in a queued experiment's temporary copy, names the project the experiment was queued in."""
+    return Path(os.environ.get("DVC_ROOT") or ".").resolve()
+
+
+def in_experiment_copy() -> bool:
+    """Whether this process runs in a queued experiment's temporary copy (DVC deletes it after)."""
+    return project_root() != Path.cwd().resolve()
+
+
+def run_by_dvc(stage: str) -> bool:
+    """Whether this process is DVC running ``stage`` (DVC sets DVC_STAGE for every stage command:
+    ``anneal``, or ``<dvc.yaml path>:anneal`` outside the project root)."""
+    return os.environ.get("DVC_STAGE", "").rsplit(":", 1)[-1] == stage
+
+
 def profile_in_force(project: Path) -> str:
     """The profile ``dvc repro`` runs (``conf/profile.yaml``); ``local`` without one."""
     path = project / "conf" / "profile.yaml"
@@ -49,3 +66,13 @@ def branch_homes(project: Path, env: str | None = None) -> tuple[Path, Path]:
     """The two homes of the anneal branches: the DVC anneal stage's, and the one of those made by hand."""
     spec = catalog(project, env)["anneal_branches"]
     return project / spec["path"], project / spec["by_hand"]
+
+
+def dataset_path(catalog, name: str) -> Path | None:
+    """Where a dataset of a live Kedro catalog reads and writes (None: it has no file)."""
+    try:
+        described = catalog.get(name)._describe()
+    except Exception:  # memory datasets and the like have no file
+        return None
+    raw = described.get("path") or described.get("filepath")
+    return Path(str(raw)) if raw else None

@@ -36,7 +36,7 @@ def test_a_run_that_cannot_fit_is_refused_naming_what_would():
     with pytest.raises(MemoryError) as e:
         check_fits(cfg, Setup(16, 8, "ddp", "bf16", "none", "adamw"), 24 * GIB)
     message = str(e.value)
-    assert "more than 90% of the GPU's 24 GiB" in message
+    assert "more than 90% of the 24 GiB free on the GPU" in message
     assert "pretrain.parallel: fsdp" in message and "pretrain.activation_checkpointing: blocks" in message
     assert "both: " in message and "(fits)" in message
     assert check_fits(cfg, Setup(16, 8, "fsdp", "bf16", "blocks", "adamw"), 24 * GIB).total < 0.9 * 24 * GIB

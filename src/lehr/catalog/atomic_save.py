@@ -1,21 +1,39 @@
 """The reports' Kedro datasets (JSON, CSV, text, matplotlib) write whole files or nothing: each
 save writes a sibling ``.tmp-<name>-<pid>`` and renames it over the file, so a full disk or a kill
 mid-save leaves the previous report as it was. Kedro's own write over the old file in place, and
-these outputs are ``cache: false``, so DVC could not bring a cut one back."""
+these outputs are ``cache: false``, so DVC could not bring a cut one back.
+
+A report that a DVC stage owns (``owner: <stage>`` in the catalog) is written there only when DVC
+runs that stage. A run by hand (``kedro run --pipelines anneal --params anneal.branch=x``) writes
+its reports into ``by_hand/`` beside them instead, so it never changes a DVC output: ``git status``
+stays clean and the next ``dvc repro`` does not retrain the stage that owns them."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path, PurePosixPath
 
 from lehr.files.atomic import fsync_dir, sibling
+from lehr.paths import run_by_dvc
+
+BY_HAND = "by_hand"
+log = logging.getLogger(__name__)
+_told: set[Path] = set()  # the by-hand folders this process has named once
 
 
 class AtomicSave:
     """Mixed into a Kedro file dataset (unversioned, local) in front of it."""
 
+    def __init__(self, *args, owner: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._owner = owner  # the DVC stage whose output this file is, if any
+
     def _final_path(self) -> Path:
-        return Path(str(super()._get_save_path()))
+        path = Path(str(super()._get_save_path()))
+        if self._owner is None or run_by_dvc(self._owner):
+            return path
+        return path.parent / BY_HAND / path.name
 
     def _get_save_path(self) -> PurePosixPath:
         return PurePosixPath(sibling(self._final_path(), "tmp"))
@@ -24,6 +42,13 @@ class AtomicSave:
         final = self._final_path()
         tmp = sibling(final, "tmp")
         final.parent.mkdir(parents=True, exist_ok=True)
+        if final.parent.name == BY_HAND and final.parent not in _told:
+            _told.add(final.parent)
+            log.info(
+                "not run by DVC: this run's reports go to %s/, leaving %s/ to the DVC stages' runs",
+                os.path.relpath(final.parent),
+                os.path.relpath(final.parent.parent),
+            )
         try:
             super().save(data)
             with open(tmp, "rb") as f:
@@ -37,3 +62,6 @@ class AtomicSave:
         finally:
             tmp.unlink(missing_ok=True)
         fsync_dir(final.parent)
+
+    def _describe(self) -> dict:
+        return {**super()._describe(), "filepath": str(self._final_path())}

@@ -13,6 +13,7 @@ from lehr.engine.artifacts.state import State
 from lehr.files import locks
 from lehr.files.atomic import is_leftover, recover, staged_dir
 from lehr.files.names import RULE, is_folder_name
+from lehr.paths import run_by_dvc
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +79,6 @@ def scan_homes(dvc_home: Path, hand_home: Path | None) -> tuple[dict[str, Path],
         else:
             branches[name] = folder
     return dict(sorted(branches.items())), left_out + also_left_out
-
-
-def run_by_dvc(stage: str) -> bool:
-    """Whether this process is DVC running ``stage`` (DVC sets DVC_STAGE for every stage command:
-    ``anneal``, or ``<dvc.yaml path>:anneal`` outside the project root)."""
-    return os.environ.get("DVC_STAGE", "").rsplit(":", 1)[-1] == stage
 
 
 class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):

@@ -158,7 +158,9 @@ def check_fits(cfg: ModelConfig, setup: Setup, device_bytes: int | None) -> Esti
         verdict = "fits" if need <= HEADROOM * device_bytes else "still too much"
         options.append(f"{label}: {need / GIB:.1f} GiB ({verdict})")
     raise MemoryError(
-        f"this run would need about {est.describe()}, more than {HEADROOM:.0%} of the GPU's "
-        f"{device_bytes / GIB:.0f} GiB. Options: " + "; ".join(options) + "; or more GPUs (fsdp divides "
+        f"this run would need about {est.describe()}, more than {HEADROOM:.0%} of the "
+        f"{device_bytes / GIB:.0f} GiB free on the GPU. Options: "
+        + "; ".join(options)
+        + "; or more GPUs (fsdp divides "
         "parameters, gradients and optimizer state by their number), or a smaller model."
     )

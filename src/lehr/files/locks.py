@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import sys
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from lehr.errors import Explained
 from lehr.files.atomic import refuse_link
+
+log = logging.getLogger(__name__)
 
 
 class FolderBusyError(RuntimeError, Explained):
@@ -42,8 +45,9 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def hold(folder: str | Path, purpose: str) -> Iterator[None]:
-    """Hold ``folder``'s lock for the ``with`` block, or raise FolderBusyError at once."""
+def hold(folder: str | Path, purpose: str, wait: bool = False) -> Iterator[None]:
+    """Hold ``folder``'s lock for the ``with`` block, or raise FolderBusyError at once; with
+    ``wait``, wait for the holder to end instead (one line says whom it waits for)."""
     folder = Path(folder)
     refuse_link(folder, f"lehr ({purpose})")
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -52,11 +56,18 @@ def hold(folder: str | Path, purpose: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderBusyError(
-                f"{folder} is in use by another run ({_holder(fd)}); lehr lets one process write a folder "
-                "at a "
-                f"time. Wait for that run to finish, or stop it, then run again."
-            ) from None
+            if wait:
+                log.info(
+                    "%s is in use by %s: waiting for it to end, then going on from what it left",
+                    folder,
+                    _holder(fd),
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                raise FolderBusyError(
+                    f"{folder} is in use by another run ({_holder(fd)}); lehr lets one process write a "
+                    "folder at a time. Wait for that run to finish, or stop it, then run again."
+                ) from None
         os.ftruncate(fd, 0)
         os.pwrite(
             fd,

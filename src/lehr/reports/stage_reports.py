@@ -34,6 +34,7 @@ def stage_timing(summary: dict) -> dict:
         "step": summary["step"],
         "wall_seconds": summary["wall_seconds"],
         "tok_per_s": summary["tok_per_s"],
+        "share": summary.get("share", {}),  # host, cores, GPUs: the share of the machine it ran on
     }
 
 

@@ -14,7 +14,6 @@ from kedro.framework.hooks import hook_impl
 from lehr.paths import portable
 
 log = logging.getLogger("lehr")
-REPORTS = Path("data/08_reporting")
 
 
 def _json(path: Path) -> dict:
@@ -43,13 +42,13 @@ def headline(stage: str, paths: dict[str, Path]) -> str | None:
         return f"a {len(vocab):,}-token vocabulary" if vocab else None
     if stage in ("pretrain_stable", "anneal"):
         which = "stable" if stage == "pretrain_stable" else "anneal"
-        metrics = _json(REPORTS / f"{which}_metrics.json")
+        metrics = _json(paths.get(f"{which}_metrics", Path()))
         bpb = _bpb({"m": metrics}, "m")
         if bpb:
             branch = f"branch {where(metrics['branch'], paths)}: " if "branch" in metrics else ""
             return f"{branch}held-out {bpb} bits per byte after {metrics.get('tokens', 0):,} tokens"
     if stage == "evaluate":
-        metrics = _json(REPORTS / "metrics.json")
+        metrics = _json(paths.get("eval_metrics", Path()))
         figures = [f"{m} {_bpb(metrics, m)}" for m in ("anneal", "pre_anneal", "unigram") if _bpb(metrics, m)]
         if figures:
             return (
@@ -62,8 +61,7 @@ def headline(stage: str, paths: dict[str, Path]) -> str | None:
 
 def where(branch: str, paths: dict[str, Path]) -> str:
     """The folder of a branch, in the home this run saved it to."""
-    from lehr.catalog.branches_dataset import run_by_dvc
-    from lehr.paths import branch_homes
+    from lehr.paths import branch_homes, run_by_dvc
 
     dvc_home, hand_home = branch_homes(Path.cwd())
     return portable((dvc_home if run_by_dvc("anneal") else hand_home) / branch)
@@ -83,9 +81,14 @@ class StageLines:
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict, run_result, pipeline, catalog) -> None:
-        from lehr.paths import catalog_paths
+        from lehr.paths import catalog_paths, dataset_path
 
-        paths = catalog_paths(Path.cwd(), run_params.get("env"))
+        # Where this run wrote each output: a report of a run by hand is not where DVC's is.
+        written_to = {n: dataset_path(catalog, n) for n in pipeline.all_outputs()}
+        paths = {
+            **catalog_paths(Path.cwd(), run_params.get("env")),
+            **{n: p for n, p in written_to.items() if p},
+        }
         # A branch's folder is in one of two homes (docs/tracking.md): the headline names it.
         outputs = [n for n in pipeline.all_outputs() if n in paths and n != "anneal_branch"]
         written = sorted({portable(paths[n]) for n in outputs})

@@ -4,7 +4,9 @@ stage's node hands it the catalog's datasets and the params."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -12,13 +14,15 @@ from tokenizers import Tokenizer
 
 from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.engine.batches import ShardSet
+from lehr.engine.dist import launch, shares
 from lehr.engine.evals.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
 from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
-from lehr.engine.hardware import resolve
+from lehr.engine.hardware import Hardware, resolve
 from lehr.files.atomic import sha256_file
 from lehr.reports import comparison
 from lehr.stages.folder_names import branch_name
 from lehr.stages.params import AnnealParams, EvaluateParams, PretrainParams
+from lehr.tracking import step_forwarder
 from lehr.tracking.provenance import branched_from
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,17 @@ def chosen_tasks(
     return [read_task(available[t]) for t in wanted]
 
 
+@contextlib.contextmanager
+def on_a_share(pretrain: PretrainParams) -> Iterator[Hardware]:
+    """The hardware evaluate scores on, within a share of the machine (``lehr.engine.dist.shares``):
+    one process's, and its GPU where it has one."""
+    with shares.claim(1, launch.on_gpu(pretrain.device), "evaluate") as share, shares.pinned(share, 1):
+        step_forwarder.tag_share(share.tags())
+        yield resolve(
+            pretrain.device, pretrain.precision, None, share.first_gpu_index or 0, pretrain.attention
+        )
+
+
 def evaluate_models(
     shards: dict,
     pre_anneal: Path,
@@ -111,7 +126,7 @@ def evaluate_models(
     params: EvaluateParams,
 ) -> tuple[dict, str, dict]:
     """metrics.json, the samples, and the current branch's scored items (``lehr experiments`` pairs
-    them across experiments)."""
+    them across experiments), on a share of the machine (``lehr.engine.dist.shares``)."""
     ours = origins(pre_anneal, branch_points)
     names = chosen_branches(branches, pretrain, anneal, params, ours)
     current = branch_name(pretrain, anneal)
@@ -121,53 +136,55 @@ def evaluate_models(
             "name one of them, or add it to evaluate.branches"
         )
     tasks = chosen_tasks(heldout_tasks, user_tasks, params)
-    hw = resolve(pretrain.device, pretrain.precision, None, attention=pretrain.attention)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
     weights = {b: scored_weights(branches[b]) for b in names}
     models = {("pre_anneal",): pre_anneal, **{("branches", b): weights[b][1] for b in names}}
-    first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
-    shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
-    held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
-    tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
-    metrics: dict = {
-        "unigram": unigram_bpb(
-            [s for n, s in shard_set.sources.items() if n.startswith("train/")], held, first.cfg.vocab_size
-        )
-    }
-    samples, scored = [], {}
-    for i, (name, path) in enumerate(models.items(), 1):
-        log.info("evaluate: scoring %d/%d: %s", i, len(models), ".".join(name))
-        model = first if path == pre_anneal else load_model(path, hw.device)
-        with torch.no_grad():
-            result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
-        node = metrics
-        for part in name:
-            node = node.setdefault(part, {})
-        node.update(result)
-        scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
-        if tasks:
-            node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
-        if params.baseline or name[-1] == current:
-            scored[name[-1]] = comparison.score(model, held, tasks, tokenizer, hw, pretrain.micro_batch)
-        text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
-        samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
-    for b in names:
-        metrics["branches"][b] |= {  # which weights were scored, grown from what, on how many tokens
-            "weights": weights[b][0],
-            "origin": ours.get(branched_from(branches[b] / "final"), "unrecorded"),
-            "tokens": State.read(weights[b][1]).tokens,
+    with on_a_share(pretrain) as hw:  # the models' work, after every check
+        first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
+        shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
+        held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
+        tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
+        metrics: dict = {
+            "unigram": unigram_bpb(
+                [s for n, s in shard_set.sources.items() if n.startswith("train/")],
+                held,
+                first.cfg.vocab_size,
+            )
         }
-    metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
-    metrics["anneal_gain"] = {
-        key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
-        for key in metrics["pre_anneal"]
-        if key != "tasks"
-    }
-    items = {"branch": current, **scored[current].record()}
-    if params.baseline:
-        base = scored.pop(params.baseline)
-        metrics["vs_baseline"] = {
-            "baseline": params.baseline,
-            **{name: comparison.difference(base, other) for name, other in scored.items()},
+        samples, scored = [], {}
+        for i, (name, path) in enumerate(models.items(), 1):
+            log.info("evaluate: scoring %d/%d: %s", i, len(models), ".".join(name))
+            model = first if path == pre_anneal else load_model(path, hw.device)
+            with torch.no_grad():
+                result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
+            node = metrics
+            for part in name:
+                node = node.setdefault(part, {})
+            node.update(result)
+            scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
+            if tasks:
+                node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
+            if params.baseline or name[-1] == current:
+                scored[name[-1]] = comparison.score(model, held, tasks, tokenizer, hw, pretrain.micro_batch)
+            text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
+            samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
+        for b in names:
+            metrics["branches"][b] |= {  # which weights were scored, grown from what, on how many tokens
+                "weights": weights[b][0],
+                "origin": ours.get(branched_from(branches[b] / "final"), "unrecorded"),
+                "tokens": State.read(weights[b][1]).tokens,
+            }
+        metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
+        metrics["anneal_gain"] = {
+            key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
+            for key in metrics["pre_anneal"]
+            if key != "tasks"
         }
-    return metrics, "\n".join(samples), items
+        items = {"branch": current, **scored[current].record()}
+        if params.baseline:
+            base = scored.pop(params.baseline)
+            metrics["vs_baseline"] = {
+                "baseline": params.baseline,
+                **{name: comparison.difference(base, other) for name, other in scored.items()},
+            }
+        return metrics, "\n".join(samples), items

@@ -9,6 +9,7 @@ from pathlib import Path
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import Launch, TrainConfig
 from lehr.engine.dist import launch
+from lehr.paths import in_experiment_copy, project_root
 from lehr.stages.folder_names import anneal_run_dir, branch_name
 from lehr.stages.params import AnnealParams, PretrainParams
 from lehr.stages.train_config import anneal_config, stable_config
@@ -78,12 +79,19 @@ def check_stage_node(lc: Launch, helper: bool = False) -> None:
 
 
 def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
-    """Train in-process or through torchrun. A run stopped by a signal stops the stage
-    (``lehr.errors.Stopped``: one line and the signal's exit status; its checkpoint is saved, and
-    running the stage again resumes it)."""
+    """Train in-process or through torchrun, on a share of the machine. A run stopped by a signal
+    stops the stage (``lehr.errors.Stopped``: one line and the signal's exit status; its checkpoint
+    is saved, and running the stage again resumes it). In a queued experiment's copy, a run whose
+    folder another experiment is training waits for it and takes what it made."""
     check_stage_node(params.launch)
-    step_forwarder.mark_attempt(cfg.out_dir)
-    summary = launch.run(cfg, params.launch, [step_forwarder.CALLBACK], step_forwarder.current_run_env())
+    summary = launch.run(
+        cfg,
+        params.launch,
+        [step_forwarder.CALLBACK],
+        step_forwarder.current_run_env(),
+        wait_for_folder=in_experiment_copy(),
+        on_share=lambda share: step_forwarder.mark_attempt(cfg.out_dir, share.tags()),
+    )
     if summary["stopped"] == "signal":
         import signal
 
@@ -93,9 +101,13 @@ def run_engine(cfg: TrainConfig, params: PretrainParams) -> dict:
         # In this process the loop heard it; through torchrun only the workers did, and a signal
         # there is most often a scheduler's SIGTERM.
         name = summary.get("signal") or signals.received()
+        where, again = summary["out_dir"], "run the stage again to resume"
+        if in_experiment_copy():  # the copy goes, the run folder is the project's (a link to it)
+            where = f"{project_root() / where} (the project's, which outlives this experiment's copy)"
+            again = "run the experiment again with the same params to resume (docs/parallel.md)"
         raise Stopped(
             f"stopped by {name or 'a signal'} at step {summary['step']}; its checkpoint is saved in "
-            f"{summary['out_dir']}: run the stage again to resume",
+            f"{where}: {again}",
             signal.Signals[name] if name else signal.SIGTERM,
         )
     return summary

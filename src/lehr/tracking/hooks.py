@@ -21,7 +21,7 @@ from pathlib import Path
 from kedro.framework.hooks import hook_impl
 
 from lehr.engine.run.metrics import flatten
-from lehr.paths import profile_in_force
+from lehr.paths import dataset_path, profile_in_force, project_root
 from lehr.tracking import step_forwarder
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class MlflowTracking:
             },
         )
         self._run = mlflow.start_run(run_id=made.info.run_id)
-        shards, tokenizer = _path_of(catalog, "shards"), _path_of(catalog, "tokenizer")
+        shards, tokenizer = dataset_path(catalog, "shards"), dataset_path(catalog, "tokenizer")
         tags = {
             "lehr.stage": stage,
             "lehr.group": group,
@@ -162,7 +162,7 @@ class MlflowTracking:
         import mlflow
 
         for dataset in pipeline.all_outputs():
-            path = _path_of(catalog, dataset)
+            path = dataset_path(catalog, dataset)
             if path is None:
                 continue
             if (
@@ -201,16 +201,11 @@ class MlflowTracking:
         self._run = None
 
 
-def _project_root() -> Path:
-    """The project: DVC_ROOT inside a queued experiment's temporary copy, else where Kedro runs."""
-    return Path(os.environ.get("DVC_ROOT", "."))
-
-
 def project_store(uri: str) -> str:
     """A local store named relative to the project, made absolute. A queued `dvc exp run` runs in
     a temporary copy of the project that DVC deletes afterwards; DVC_ROOT names the project itself
     there, so the experiment's runs land in the project's store beside every other run."""
-    root = _project_root()
+    root = project_root()
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{(root / uri.removeprefix('sqlite:///')).resolve()}"
     if "://" not in uri and not uri.startswith("file:") and not Path(uri).is_absolute():
@@ -236,9 +231,7 @@ def use_experiment(uri: str, name: str) -> str:
 
     existing = mlflow.get_experiment_by_name(name)
     if existing is None and "://" in uri and not uri.startswith(("http://", "https://", "file:")):
-        mlflow.create_experiment(
-            name, artifact_location=(_project_root().resolve() / "mlruns" / name).as_uri()
-        )
+        mlflow.create_experiment(name, artifact_location=(project_root() / "mlruns" / name).as_uri())
     elif existing is not None and "/.dvc/tmp/" in existing.artifact_location:
         log.warning(
             "MLflow experiment %r keeps its artifacts in %s, inside a temporary copy of the project "
@@ -293,12 +286,3 @@ _PARAM_SECTIONS = {
     "ladder_fit": {"ladder"},
     "all": {"tokenize", "shard", "pretrain", "anneal", "evaluate"},
 }
-
-
-def _path_of(catalog, name: str) -> Path | None:
-    try:
-        described = catalog.get(name)._describe()
-    except Exception:  # memory datasets and the like have no file
-        return None
-    raw = described.get("path") or described.get("filepath")
-    return Path(str(raw)) if raw else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import socket
 import sys
 import threading
 import time
@@ -48,10 +49,12 @@ def current_run_env() -> dict[str, str]:
     return {RUN_ID_ENV: run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
 
 
-def mark_attempt(run_dir: str) -> None:
-    """Tag the stage's MLflow run with its rolling folder, and close earlier attempts on that folder
-    that a kill left RUNNING: a folder has one writer at a time, so they are dead. The engine replays
-    the kept history into this run, which alone then holds the whole curve."""
+def mark_attempt(run_dir: str, share: dict[str, str] | None = None) -> None:
+    """Tag the stage's MLflow run with its rolling folder, the host and the share of the machine it
+    holds, and close earlier attempts on that folder that a kill left RUNNING. A folder is known by
+    host and real path (two clones or queued copies share a relative path, not a folder), and an
+    attempt is earlier only if it did not finish and its process is gone. The engine replays the
+    kept history into this run, which alone then holds the whole curve."""
     if "mlflow" not in sys.modules:
         return
     import mlflow
@@ -60,23 +63,70 @@ def mark_attempt(run_dir: str) -> None:
     if run is None:
         return
     try:
-        _mark(mlflow, run, run_dir)
+        _mark(mlflow, run, run_dir, share or {})
     except Exception as e:  # tracking never costs a run
         log.warning("MLflow: could not tag this attempt (%s); training goes on", str(e).splitlines()[0][:200])
 
 
-def _mark(mlflow, run, run_dir: str) -> None:
+def tag_share(share: dict[str, str]) -> None:
+    """Tag the stage's MLflow run with the host and the share of the machine it holds."""
+    if "mlflow" not in sys.modules:
+        return
+    import mlflow
+
+    try:
+        if mlflow.active_run() is not None:
+            mlflow.set_tags({f"lehr.{k}": v for k, v in share.items()})
+    except Exception as e:  # tracking never costs a run
+        log.warning("MLflow: could not tag the share (%s)", str(e).splitlines()[0][:200])
+
+
+def folder_identity(run_dir: str) -> str:
+    return f"{socket.gethostname()}:{os.path.realpath(run_dir)}"
+
+
+def process_identity(pid: int | None = None) -> str:
+    """``<pid>-<start time>``: a pid alone is reused by the kernel."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    return f"{proc.pid}-{proc.create_time():.2f}"
+
+
+def _alive(identity: str) -> bool:
+    import psutil
+
+    pid = identity.split("-", 1)[0]
+    try:
+        return pid.isdigit() and process_identity(int(pid)) == identity
+    except psutil.Error:
+        return False
+
+
+def _mark(mlflow, run, run_dir: str, share: dict[str, str]) -> None:
     client = mlflow.MlflowClient()
-    earlier = [
+    folder = folder_identity(run_dir)
+    same_folder = [
         r
-        for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_dir` = '{run_dir}'")
+        for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_folder` = '{folder}'")
         if r.info.run_id != run.info.run_id
     ]
-    for r in earlier:
+    earlier = []
+    for r in same_folder:
+        if r.info.status == "RUNNING" and _alive(r.data.tags.get("lehr.process", "")):
+            continue  # a live run of another stage that reads this folder (it holds no lock on it)
         if r.info.status == "RUNNING":
             client.set_terminated(r.info.run_id, "KILLED")
+        if r.info.status != "FINISHED":
+            earlier.append(r)
     mlflow.set_tags(
-        {"lehr.run_dir": run_dir, "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier)}
+        {
+            "lehr.run_dir": run_dir,
+            "lehr.run_folder": folder,
+            "lehr.process": process_identity(),
+            "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier),
+            **{f"lehr.{k}": v for k, v in share.items()},
+        }
     )
 
 

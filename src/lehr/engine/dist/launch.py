@@ -10,27 +10,33 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from lehr.engine.config import Launch, TrainConfig
+from lehr.engine.dist import shares
 from lehr.engine.run.loop import train
 from lehr.files import locks
 from lehr.files.atomic import sibling
 
 
+def on_gpu(device: str) -> bool:
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
 def check_fits_machine(launch: Launch, device: str) -> None:
-    wants_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if wants_cuda and launch.nproc_per_node > torch.cuda.device_count():
+    """Refused before any wait or work: more processes than the devices this process was given (its
+    CPU affinity, ``CUDA_VISIBLE_DEVICES``), which no share could ever hold."""
+    gpu = on_gpu(device)
+    machine = shares.this_machine(gpu)
+    have = len(machine.gpus) if gpu else len(machine.cores)
+    if launch.nproc_per_node > have:
+        what = f"{have} CUDA device(s)" if gpu else f"{have} CPU cores"
         raise ValueError(
-            f"launch.nproc_per_node = {launch.nproc_per_node} but this machine has "
-            f"{torch.cuda.device_count()} CUDA device(s); ask for at most that many"
-        )
-    if not wants_cuda and launch.nproc_per_node > (os.cpu_count() or 1):
-        raise ValueError(
-            f"launch.nproc_per_node = {launch.nproc_per_node} exceeds the {os.cpu_count()} CPU cores of "
-            f"this machine; ask for at most that many"
+            f"launch.nproc_per_node = {launch.nproc_per_node} exceeds the {what} this process was given "
+            "(its CPU affinity, CUDA_VISIBLE_DEVICES); ask for at most that many"
         )
 
 
@@ -49,20 +55,41 @@ def torchrun_args(launch: Launch) -> list[str]:
 
 
 def run(
-    cfg: TrainConfig, launch: Launch, callback_specs: list[str] = (), extra_env: dict[str, str] | None = None
+    cfg: TrainConfig,
+    launch: Launch,
+    callback_specs: list[str] = (),
+    extra_env: dict[str, str] | None = None,
+    wait_for_folder: bool = False,
+    on_share: Callable[[shares.Share], None] | None = None,
 ) -> dict:
-    """Train ``cfg``; returns rank 0's run summary. Multi-process runs go through torchrun.
+    """Train ``cfg`` on a share of the machine (``lehr.engine.dist.shares``); returns rank 0's run
+    summary with the share's ``tags()``. Multi-process runs go through torchrun.
 
     ``callback_specs`` are ``module:factory`` paths, built in whichever process is rank 0.
+    ``wait_for_folder``: wait for a live run on the same folder to end instead of refusing at once.
+    ``on_share`` hears of the share once it is held.
     """
     check_fits_machine(launch, cfg.device)
     out_dir = Path(cfg.out_dir)
     # One writer per run folder: the first node's launcher holds it for the whole group (on a shared
-    # filesystem the other nodes' launchers would otherwise find it taken).
-    with locks.hold(out_dir, "training run") if launch.node_rank == 0 else contextlib.nullcontext():
-        if launch.nproc_per_node * launch.nnodes == 1:
-            return train(cfg, list(callback_specs))
-        return _torchrun(cfg, launch, callback_specs, extra_env, out_dir)
+    # filesystem the other nodes' launchers would otherwise find it taken). A run that would wait
+    # for another on the same folder (the same stable phase, queued twice) waits before it claims
+    # devices, so that the devices go to work that is not already being done.
+    holding = locks.hold(out_dir, "training run", wait=wait_for_folder)
+    nproc = launch.nproc_per_node
+    with holding if launch.node_rank == 0 else contextlib.nullcontext():
+        with shares.claim(nproc, on_gpu(cfg.device), f"training {out_dir}") as share:
+            if on_share is not None:
+                on_share(share)
+            with shares.pinned(share, nproc):
+                # One process trains in this one, unless its GPU is not the first this process sees:
+                # CUDA fixed its devices when torch first asked for them, so it goes through torchrun.
+                if nproc * launch.nnodes == 1 and share.first_gpu_index in (None, 0):
+                    summary = train(cfg, list(callback_specs))
+                else:
+                    env = {**(extra_env or {}), **share.env(nproc)}
+                    summary = _torchrun(cfg, launch, callback_specs, env, out_dir)
+            return {**summary, "share": share.tags()}
 
 
 def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_dir: Path) -> dict:

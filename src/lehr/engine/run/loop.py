@@ -78,7 +78,7 @@ class Run:
     def __init__(self, cfg: TrainConfig, dist: distributed.Dist, callbacks: list):
         self.cfg, self.dist = cfg, dist
         self.hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention)
-        # Before any work: a run that cannot fit its GPU is refused, naming what would fit.
+        # Before any work: a run that cannot fit its GPU's free memory is refused, naming what would fit.
         self.memory = memory.check_fits(
             cfg.model,
             memory.Setup(
@@ -90,9 +90,8 @@ class Run:
                 cfg.optimizer,
                 cfg.muon_work,
             ),
-            torch.cuda.get_device_properties(self.hw.device).total_memory
-            if self.hw.device.type == "cuda"
-            else None,
+            # What is free now, not the GPU's size: another process may hold part of it.
+            torch.cuda.mem_get_info(self.hw.device)[0] if self.hw.device.type == "cuda" else None,
         )
         self.out_dir = Path(cfg.out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)

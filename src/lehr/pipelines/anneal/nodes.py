@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr.catalog.branches_dataset import check_free, run_by_dvc
+from lehr.catalog.branches_dataset import check_free
 from lehr.engine.run.metrics import METRICS
+from lehr.paths import run_by_dvc
 from lehr.project.experiment_refs import refuse_experiment_branch
 from lehr.reports.stage_reports import read_curve, stage_metrics, stage_timing
 from lehr.stages.params import AnnealParams, PretrainParams
