@@ -92,3 +92,12 @@ def runs_of(repo: Path):
 
     mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")
     return mlflow.search_runs(experiment_names=["lehr"]), mlflow.MlflowClient()
+
+
+def cores_of(ranges: str) -> list[int]:
+    """ "0-2,5" (a share's cores, as MLflow's tag has them) -> [0, 1, 2, 5]."""
+    out = []
+    for part in filter(None, ranges.split(",")):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out

@@ -131,3 +131,34 @@ def test_ladder_extrapolation_benchmark_trains_a_rung_past_the_committed_fit(smo
     assert re.search(r"extrapolation rung: depth 5 \([\d,]+ parameters, [\d.]+x the largest", out), out
     assert re.search(r"fit predicts \d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]: [+-]\d+\.\d\d%, (in|out)side", out)
     assert (tmp_path / "rung-5.json").is_file()
+
+
+def test_parallel_queue_benchmark_runs_two_experiments_each_way_on_the_smoke_repo(smoke_repo, tmp_path):
+    import shutil
+
+    from tests.e2e import env, sh
+
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke_repo, repo, symlinks=True)
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "baseline", "--allow-empty")
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench/parallel_queue.py"),
+            "--project",
+            str(repo),
+            "--values",
+            "0.2",
+            "0.4",
+        ],
+        cwd=repo,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert re.search(r"ratio \(-j 2 / -j 1\):\s+\d\.\d{3}", out.stdout), out.stdout
+    assert "the anneal's figures identical" in out.stdout
+    assert sh(repo, "dvc", "exp", "list", "--name-only").stdout.strip() == ""  # the bench's own, removed

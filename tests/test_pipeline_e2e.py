@@ -144,7 +144,7 @@ def test_kedro_anneal_branches_live_beside_others_and_leave_pre_anneal_alone(rep
     listing = sh(repo, "python", "-m", "lehr", "branches").stdout
     assert "v1.2" in listing
     sh(repo, "kedro", "run", "--pipelines", "evaluate", "--params", "evaluate.branches=v1.2")
-    metrics = json.loads((repo / "data/08_reporting/metrics.json").read_text())
+    metrics = json.loads((repo / "data/08_reporting/by_hand/metrics.json").read_text())
     assert (
         metrics["branches"]["v1.2"]["heldout"]["bpb"] > 0
         and metrics["branches"]["v1.2"]["weights"] == "final"
@@ -196,7 +196,10 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
     assert "python -m lehr join <stage>" in refused.stderr
     logs = [repo.parent / f"node{i}.log" for i in (0, 1)]
     nodes = [
-        subprocess.Popen(cmd, cwd=repo, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+        # Two nodes on one machine are two runs on its cores: declared, each claims half of them.
+        subprocess.Popen(
+            cmd, cwd=repo, env={**env(), "LEHR_JOBS": "2"}, stdout=log.open("w"), stderr=subprocess.STDOUT
+        )
         for log, cmd in zip(
             logs,
             (

@@ -25,7 +25,7 @@ from lehr.engine.artifacts.state import State
 from lehr.project.experiment_refs import experiments_of
 from lehr.project.experiments import changed, flat_params
 from tests import ROOT
-from tests.e2e import dir_hash, env, runs_of, sh, stages_run
+from tests.e2e import cores_of, dir_hash, env, runs_of, sh, stages_run
 
 pytestmark = pytest.mark.slow
 SANDBOX = "build/smoke"
@@ -62,15 +62,6 @@ def project_state() -> tuple[str, str]:
 def branches(sandbox: Path) -> dict[str, str]:
     homes = [sandbox / "data/06_models/anneal", sandbox / "data/06_models/branches"]
     return {p.name: dir_hash(p) for h in homes for p in h.iterdir() if not p.name.startswith(".")}
-
-
-def cores_of(ranges: str) -> list[int]:
-    """ "0-2,5" (a share's cores, as MLflow's tag has them) -> [0, 1, 2, 5]."""
-    out = []
-    for part in filter(None, ranges.split(",")):
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    return out
 
 
 def free_port() -> int:

@@ -166,7 +166,12 @@ def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path, straig
             s.bind(("127.0.0.1", 0))
             port = str(s.getsockname()[1])
         nodes = [
-            subprocess.Popen([sys.executable, "-c", launcher, str(job), str(r), port], start_new_session=True)
+            # Two nodes on one machine share its cores: declared, each launcher claims half of them.
+            subprocess.Popen(
+                [sys.executable, "-c", launcher, str(job), str(r), port],
+                start_new_session=True,
+                env={**os.environ, "LEHR_JOBS": "2"},
+            )
             for r in (0, 1)
         ]
         try:

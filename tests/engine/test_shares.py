@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,26 @@ def test_a_share_sets_its_processes_gpus_threads_and_affinity(tmp_path, monkeypa
         assert os.sched_getaffinity(0) == set(share.cores) and len(share.cores) == 1
         assert torch.get_num_threads() == 1
     assert tuple(sorted(os.sched_getaffinity(0))) == here and torch.get_num_threads() == before
+
+
+def test_torchrun_workers_get_their_shares_gpus_and_threads(tiny_config, tmp_path, monkeypatch):
+    """What the launcher hands torchrun: the share's CUDA_VISIBLE_DEVICES and thread count win over
+    the launcher's own default of one thread (the command itself is only recorded here)."""
+    from lehr.engine.config import Launch
+    from lehr.engine.dist import launch
+
+    seen = {}
+
+    def recorded(cmd, env, preexec_fn):
+        seen.update(env)
+        Path(cmd[-1]).write_text(json.dumps({"stopped": None}))  # the summary rank 0 would write
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(launch.subprocess, "run", recorded)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    share = shares.Share("h", (0, 1, 2, 3), ("6", "7"), whole=False, first_gpu_index=2)
+    cfg = tiny_config()
+    launch._torchrun(cfg, Launch(nproc_per_node=2), [], share.env(2), tmp_path / "run")
+    assert seen["CUDA_VISIBLE_DEVICES"] == "6,7" and seen["OMP_NUM_THREADS"] == "2"
+    launch._torchrun(cfg, Launch(nproc_per_node=2), [], {}, tmp_path / "run")
+    assert seen["OMP_NUM_THREADS"] == "1"  # no share's word: one thread per worker, as before

@@ -6,7 +6,9 @@ these outputs are ``cache: false``, so DVC could not bring a cut one back.
 A report that a DVC stage owns (``owner: <stage>`` in the catalog) is written there only when DVC
 runs that stage. A run by hand (``kedro run --pipelines anneal --params anneal.branch=x``) writes
 its reports into ``by_hand/`` beside them instead, so it never changes a DVC output: ``git status``
-stays clean and the next ``dvc repro`` does not retrain the stage that owns them."""
+stays clean and the next ``dvc repro`` does not retrain the stage that owns them. A later node of
+the same run reads what the run saved (a whole pipeline by hand plots its own curves); another
+run reads the DVC stage's."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class AtomicSave:
     def __init__(self, *args, owner: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._owner = owner  # the DVC stage whose output this file is, if any
+        self._saved: Path | None = None  # where this run saved it: a later node of the run reads that
 
     def _final_path(self) -> Path:
         path = Path(str(super()._get_save_path()))
@@ -37,6 +40,9 @@ class AtomicSave:
 
     def _get_save_path(self) -> PurePosixPath:
         return PurePosixPath(sibling(self._final_path(), "tmp"))
+
+    def _get_load_path(self) -> PurePosixPath:
+        return PurePosixPath(self._saved) if self._saved else super()._get_load_path()
 
     def save(self, data) -> None:
         final = self._final_path()
@@ -54,6 +60,7 @@ class AtomicSave:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, final)
+            self._saved = final
         except Exception as e:  # the write's own error names no file (fsspec): name the report
             cause = e if isinstance(e, OSError) else e.__cause__  # Kedro wraps it in a DatasetError
             if isinstance(cause, OSError) and cause.errno:

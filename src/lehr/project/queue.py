@@ -18,10 +18,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lehr.engine.dist import shares
-from lehr.errors import Stopped
+from lehr.errors import Explained, Stopped
+
+
+class QueueBusy(RuntimeError, Explained):
+    """The queue is not free to start: one line says why and what to do."""
+
 
 STOP_WAIT_S = 600  # how long a stop waits for the interrupted stages to save their checkpoints
 
@@ -30,30 +36,66 @@ def start(project: Path, jobs: int) -> int:
     """Run every queued experiment, ``jobs`` at a time; Ctrl-C or SIGTERM stops them all cleanly."""
     if jobs < 1:
         raise ValueError(f"-j {jobs}: give how many experiments run at once, from 1 up")
+    no_workers_left(project)
     env = {**os.environ, shares.JOBS_ENV: str(jobs)}
     print(
         f"lehr queue: {jobs} at once, each on its share of this machine ({shares.JOBS_ENV}={jobs})",
         flush=True,
     )
-    proc = subprocess.Popen(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=project, env=env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    proc = None
     try:
-        return proc.wait()
+        proc = subprocess.Popen(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=project, env=env)
+        code = proc.wait()
+        return 128 - code if code < 0 else code  # killed by signal n: 128 + n, as a shell says
     except (KeyboardInterrupt, Stopped) as e:
+        # A second Ctrl-C must not cut the stop short: it is what keeps the experiments' work.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print(
             "lehr queue: stopping: no queued experiment starts, the running ones save a checkpoint",
             file=sys.stderr,
         )
         stop(project)
-        proc.send_signal(signal.SIGINT)  # DVC would go on waiting for the queued ones to start
-        proc.wait()
         return Stopped.of(e).exit_status
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # DVC would go on waiting for the queued ones to start
+            proc.wait()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _interrupt(signum, frame) -> None:
     raise Stopped(f"stopped by {signal.Signals(signum).name}", signum, whole=False)
+
+
+def no_workers_left(project: Path, wait_s: float = 120) -> None:
+    """DVC's workers linger a minute after their queue empties, and one started by an earlier queue
+    holds that queue's declaration (or none): it would run the next experiment on the wrong share.
+    Idle ones are stopped first; a queue still running is refused by name."""
+    from dvc.repo import Repo
+
+    with Repo(str(project)) as repo:
+        queue = repo.experiments.celery_queue
+        running = [entry.name or entry.stash_rev[:7] for entry in queue.iter_active()]
+        if running:
+            raise QueueBusy(
+                f"a queue is running here ({', '.join(running)}): wait for it, or stop it with "
+                "`python -m lehr queue stop`, then start again"
+            )
+        if not queue.worker_status():
+            return
+        queue.celery.control.shutdown()
+        deadline = time.monotonic() + wait_s
+        while queue.worker_status():
+            if time.monotonic() > deadline:
+                raise QueueBusy(
+                    f"DVC's queue workers here did not stop within {wait_s:.0f} s; they would run the "
+                    "next experiments on an earlier queue's share. Stop them (`dvc queue stop --kill`), "
+                    "then start again"
+                )
+            time.sleep(1)
 
 
 def stop(project: Path) -> list[str]:

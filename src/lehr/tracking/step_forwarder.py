@@ -20,6 +20,7 @@ CALLBACK = "lehr.tracking.step_forwarder:mlflow_forwarder"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch call
 MAX_PENDING = 200_000  # metrics held for a tracking store that is down; older ones are dropped past this
 CLOSE_WAIT_S = 30  # at the end of a run, how long the last metrics may take to reach the store
+MAX_ATTEMPTS_TAGGED = 100  # run ids in lehr.earlier_attempts, the newest (within MLflow's tag length)
 log = logging.getLogger(__name__)
 
 
@@ -82,7 +83,11 @@ def tag_share(share: dict[str, str]) -> None:
 
 
 def folder_identity(run_dir: str) -> str:
-    return f"{socket.gethostname()}:{os.path.realpath(run_dir)}"
+    """The run folder as one machine's real folder (a digest of host and real path: a search key
+    with no quote in it); two copies of a project share a relative path, not a folder."""
+    import hashlib
+
+    return hashlib.sha256(f"{socket.gethostname()}:{os.path.realpath(run_dir)}".encode()).hexdigest()[:16]
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -106,25 +111,30 @@ def _alive(identity: str) -> bool:
 def _mark(mlflow, run, run_dir: str, share: dict[str, str]) -> None:
     client = mlflow.MlflowClient()
     folder = folder_identity(run_dir)
-    same_folder = [
-        r
-        for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_folder` = '{folder}'")
-        if r.info.run_id != run.info.run_id
-    ]
-    earlier = []
+    same_folder = sorted(
+        (
+            r
+            for r in client.search_runs([run.info.experiment_id], f"tags.`lehr.run_folder` = '{folder}'")
+            if r.info.run_id != run.info.run_id
+        ),
+        key=lambda r: r.info.start_time,
+    )
+    earlier = []  # the attempts since the folder's run last finished: this run goes on from them
     for r in same_folder:
-        if r.info.status == "RUNNING" and _alive(r.data.tags.get("lehr.process", "")):
-            continue  # a live run of another stage that reads this folder (it holds no lock on it)
-        if r.info.status == "RUNNING":
-            client.set_terminated(r.info.run_id, "KILLED")
-        if r.info.status != "FINISHED":
-            earlier.append(r)
+        if r.info.status == "FINISHED":
+            earlier = []
+        elif r.info.status == "RUNNING" and _alive(r.data.tags.get("lehr.process", "")):
+            continue  # the run that just let the folder go, ending its stage
+        else:
+            if r.info.status == "RUNNING":
+                client.set_terminated(r.info.run_id, "KILLED")
+            earlier.append(r.info.run_id)
     mlflow.set_tags(
         {
             "lehr.run_dir": run_dir,
             "lehr.run_folder": folder,
             "lehr.process": process_identity(),
-            "lehr.earlier_attempts": ",".join(r.info.run_id for r in earlier),
+            "lehr.earlier_attempts": ",".join(earlier[-MAX_ATTEMPTS_TAGGED:]),
             **{f"lehr.{k}": v for k, v in share.items()},
         }
     )

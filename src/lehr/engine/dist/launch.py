@@ -110,7 +110,8 @@ def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_d
             str(cfg_path),
             str(summary_path),
         ]
-        env = {**os.environ, **(extra_env or {}), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # One thread per worker unless the run's share says how many (extra_env has the last word).
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(extra_env or {})}
         # torchrun dies with this process, and its workers with it (worker.py): a kill of the stage
         # leaves no process behind to go on writing the run folder.
         proc = subprocess.run(cmd, env=env, preexec_fn=die_with_parent)

@@ -21,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import socket
 import sys
 import tempfile
@@ -128,19 +129,23 @@ def claim(
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(PermissionError):
         root.chmod(0o1777)  # one folder for every user of the machine, as /tmp is
-    info = json.dumps({"pid": os.getpid(), "cmd": " ".join(sys.argv)[:300], "purpose": purpose, "since": time.time()})
+    info = json.dumps(
+        {"pid": os.getpid(), "cmd": " ".join(sys.argv)[:300], "purpose": purpose, "since": time.time()}
+    )
     said = False
     while True:
-        held = _try(root, "cpu", machine.cores, n_cores) + _try(root, "gpu", machine.gpus, n_gpus)
-        if len(held) == n_cores + n_gpus:
-            break
-        holders = _holders(root, machine)
-        for fd, _ in held:
-            os.close(fd)
+        # One attempt at a time, so that two claimers never each hold part of what both need.
+        with _allocator(root):
+            held = _try(root, "cpu", machine.cores, n_cores) + _try(root, "gpu", machine.gpus, n_gpus)
+            if len(held) == n_cores + n_gpus:
+                break
+            for fd, _ in held:
+                os.close(fd)
+            holders = _holders(root, machine)
         if not said:
             log.info(_waiting_line(n_cores, n_gpus, holders, declared))
             said = True
-        time.sleep(poll_s)
+        time.sleep(poll_s * random.uniform(0.5, 1.5))
     try:
         for fd, _ in held:
             os.ftruncate(fd, 0)
@@ -167,7 +172,7 @@ def _try(root: Path, kind: str, devices: tuple, count: int) -> list[tuple[int, s
     """Take ``count`` free devices of ``kind``, or none (a part claim would starve two waiters)."""
     taken = []
     for device in devices if count else ():
-        fd = os.open(root / f"{kind}-{device}", os.O_RDWR | os.O_CREAT, 0o666)
+        fd = _open_device(root / f"{kind}-{device}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -181,9 +186,40 @@ def _try(root: Path, kind: str, devices: tuple, count: int) -> list[tuple[int, s
     return []
 
 
+def _open_device(path: Path) -> int:
+    """A device's file, made writable by every user of the machine. An existing file is opened
+    without O_CREAT: in a sticky folder, the kernel refuses O_CREAT on another user's file
+    (fs.protected_regular)."""
+    try:
+        return os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return os.open(path, os.O_RDWR)
+    with contextlib.suppress(PermissionError):
+        os.fchmod(fd, 0o666)  # the umask took write from the others
+    return fd
+
+
+@contextlib.contextmanager
+def _allocator(root: Path) -> Iterator[None]:
+    fd = _open_device(root / ".allocator")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def holders(machine: Machine | None = None) -> dict[str, dict]:
     """Who holds each device of the machine now: ``{"cpu-0": {"pid", "cmd", "purpose", "since"}}``."""
-    return _holders(folder(), machine or this_machine(False))
+    root = folder()
+    if not root.is_dir():
+        return {}
+    with _allocator(root):  # no claim is half made while the files are read
+        return _holders(root, machine or this_machine(False))
 
 
 def _holders(root: Path, machine: Machine) -> dict[str, dict]:
@@ -210,7 +246,9 @@ def _holders(root: Path, machine: Machine) -> dict[str, dict]:
 
 def _waiting_line(n_cores: int, n_gpus: int, holders: dict[str, dict], declared: int | None) -> str:
     wants = f"{n_gpus} free GPU(s)" if n_gpus else f"{n_cores} free CPU core(s)"
-    by = sorted({f"pid {h.get('pid')} ({h.get('purpose', '?')}: {h.get('cmd', '?')[:120]})" for h in holders.values()})
+    by = sorted(
+        {f"pid {h.get('pid')} ({h.get('purpose', '?')}: {h.get('cmd', '?')[:120]})" for h in holders.values()}
+    )
     line = f"waiting for {wants}: held by {'; '.join(by) or 'runs that are ending'}"
     if declared is None and not n_gpus:
         line += (
@@ -244,10 +282,19 @@ def pinned(share: Share, nproc: int) -> Iterator[None]:
     import torch
 
     before_cores, before_threads = os.sched_getaffinity(0), torch.get_num_threads()
-    os.sched_setaffinity(0, share.cores)
+    _pin_every_thread(share.cores)
     torch.set_num_threads(share.threads(nproc))
     try:
         yield
     finally:
-        os.sched_setaffinity(0, before_cores)
+        _pin_every_thread(before_cores)
         torch.set_num_threads(before_threads)
+
+
+def _pin_every_thread(cores) -> None:
+    """The affinity of every thread of this process: the kernel sets one thread's at a time, and
+    torch's OpenMP threads, once started, keep theirs. Threads started later inherit it."""
+    tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]
+    for tid in tasks:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.sched_setaffinity(int(tid), cores)
