@@ -5,12 +5,13 @@ time and their ratio, each anneal's own time and bits per byte, and whether an e
 the other gives the same bytes as the same experiment alone on a share of the same size.
 
     python bench/parallel_queue.py                        # in a project whose `dvc repro` is committed
-    python bench/parallel_queue.py --project build/smoke --values 0.2 0.4
+    python bench/parallel_queue.py --project build/smoke --key decay_ratio --values 0.2 0.4
 
 The project must be clean (``git status``) with its pipeline up to date: the experiments change
-``anneal.decay_ratio`` only, so each runs ``anneal`` and ``evaluate`` from the committed
-``pre_anneal``. Wall time is the whole ``lehr queue start`` command, DVC's start-up included: what a
-person waits for. The bench's experiments are removed at the end (``--keep`` keeps them).
+one anneal setting (``anneal.shape``: linear and cosine, each as long as the default's anneal), so
+each runs ``anneal`` and ``evaluate`` from the committed ``pre_anneal``. Wall time is the whole
+``lehr queue start`` command, DVC's start-up included: what a person waits for. The bench's
+experiments are removed at the end (``--keep`` keeps them).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ def run(project: Path, *cmd: str, env: dict | None = None) -> str:
     return out.stdout
 
 
-def queue(project: Path, prefix: str, values: list[str]) -> list[str]:
+def queue(project: Path, prefix: str, key: str, values: list[str]) -> list[str]:
     """One experiment per value, each with a branch of its own: the same params would find the
     branch an earlier way trained, in the project's run folders, and train nothing."""
     names = [f"{prefix}-{v.replace('.', 'p')}" for v in values]
     for name, value in zip(names, values):
-        sets = ["-S", f"{ANNEAL}.decay_ratio={value}", "-S", f"{ANNEAL}.branch={name}"]
+        sets = ["-S", f"{ANNEAL}.{key}={value}", "-S", f"{ANNEAL}.branch={name}"]
         run(project, sys.executable, "-m", "lehr", "exp", "--queue", "-n", name, *sets)
     return names
 
@@ -86,12 +87,12 @@ def main() -> int:
     head = git(project, "rev-parse", "HEAD").strip()
     lehr_queue = (sys.executable, "-m", "lehr", "queue", "start")
 
-    sequential = queue(project, "par-seq", args.values)
+    sequential = queue(project, "par-seq", args.key, args.values)
     t_seq = timed(project, *lehr_queue, "-j", "1")
-    together = queue(project, "par-j2", args.values)
+    together = queue(project, "par-j2", args.key, args.values)
     t_par = timed(project, *lehr_queue, "-j", "2")
     # The first experiment again, alone on the share it had beside the other (LEHR_JOBS=2, -j 1).
-    (alone,) = queue(project, "par-alone", args.values[:1])
+    (alone,) = queue(project, "par-alone", args.key, args.values[:1])
     no_workers_left(project)  # the -j 2 queue's lingering workers
     run(project, "dvc", "exp", "run", "--run-all", "-j", "1", env={"LEHR_JOBS": "2"})
 

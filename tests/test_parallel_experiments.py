@@ -93,8 +93,9 @@ def test_two_experiments_that_need_one_new_stable_phase_train_it_once_each_on_a_
     assert len(set(stable["tags.lehr.run_folder"])) == 1
 
 
-def test_ctrl_c_of_the_queue_keeps_the_checkpoint_and_the_experiment_queued_again_resumes(
-    smoke_repo, tmp_path
+@pytest.mark.parametrize("how", ["ctrl-c", "lehr queue stop"])
+def test_a_stopped_queue_keeps_the_checkpoint_and_the_experiment_queued_again_resumes(
+    how, smoke_repo, tmp_path
 ):
     repo = copy_of(smoke_repo, tmp_path / "repo")
     before = stable_folders(repo)
@@ -118,9 +119,13 @@ def test_ctrl_c_of_the_queue_keeps_the_checkpoint_and_the_experiment_queued_agai
     ]:
         time.sleep(0.2)
     assert proc.poll() is None, proc.stdout.read()
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
+    else:  # from another terminal: it asks the `lehr queue start` above to stop, and waits for it
+        said = sh(repo, "python", "-m", "lehr", "queue", "stop", timeout=300).stderr
+        assert f"asking `lehr queue start` (pid {proc.pid}) to stop" in said
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, output
+    assert proc.returncode == (130 if how == "ctrl-c" else 143), output
     assert "interrupted stopped" in output, output
 
     # Its checkpoints are in the project, not in the copy DVC deleted; no stage process is left.

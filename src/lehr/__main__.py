@@ -401,7 +401,7 @@ def _queue(args: argparse.Namespace) -> int:
 
     if args.action == "start":
         return queue.start(Path.cwd(), args.jobs)
-    queue.stop(Path.cwd())
+    queue.stop_elsewhere(Path.cwd())
     return 0
 
 
@@ -615,18 +615,29 @@ def _exp_args(p: argparse.ArgumentParser) -> None:
 
 
 def _queue_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "action",
-        choices=("start", "stop"),
-        help="start: run the queued experiments until done (Ctrl-C stops them, keeping their "
-        "checkpoints); stop: the same stop, from another terminal",
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser(
+        "start",
+        help="run the queued experiments (lehr exp --queue ...) until none is left",
+        description="Run the experiments queued with `python -m lehr exp --queue` (or `dvc exp run "
+        "--queue`), N at once, each on its own share of the machine (LEHR_JOBS=N for its stages). "
+        "Ctrl-C or SIGTERM stops the queue: no queued experiment starts, and each running one saves "
+        "a checkpoint and stops; queued again with the same values, it resumes (docs/parallel.md).",
+        formatter_class=Help,
     )
-    p.add_argument(
+    start.add_argument(
         "-j",
         "--jobs",
         type=int,
         default=1,
         help="experiments at once, each on 1/N of the cores or its own GPUs",
+    )
+    actions.add_parser(
+        "stop",
+        help="stop the queue from another terminal, as Ctrl-C of `lehr queue start` does",
+        description="The same stop as Ctrl-C of `lehr queue start`: no queued experiment starts, and "
+        "each running one saves a checkpoint and stops.",
+        formatter_class=Help,
     )
 
 

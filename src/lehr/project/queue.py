@@ -14,6 +14,7 @@ the same experiment queued again resumes it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ class QueueBusy(RuntimeError, Explained):
 
 
 STOP_WAIT_S = 600  # how long a stop waits for the interrupted stages to save their checkpoints
+STARTER = Path(".dvc/tmp/lehr-queue-start.json")  # the live `lehr queue start` of the project
 
 
 def start(project: Path, jobs: int) -> int:
@@ -44,6 +46,9 @@ def start(project: Path, jobs: int) -> int:
     )
     previous = signal.signal(signal.SIGTERM, _interrupt)
     proc = None
+    starter = project / STARTER
+    starter.parent.mkdir(parents=True, exist_ok=True)
+    starter.write_text(json.dumps(_identity(os.getpid())))  # for `lehr queue stop` elsewhere
     try:
         proc = subprocess.Popen(["dvc", "exp", "run", "--run-all", "-j", str(jobs)], cwd=project, env=env)
         code = proc.wait()
@@ -64,6 +69,35 @@ def start(project: Path, jobs: int) -> int:
             proc.wait()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(starter.read_text()) == _identity(os.getpid()):
+                starter.unlink()
+
+
+def stop_elsewhere(project: Path) -> None:
+    """``lehr queue stop``: ask the live ``lehr queue start`` of this project to stop (it then
+    stops as on Ctrl-C, and ends); with none, stop the queue here."""
+    import psutil
+
+    try:
+        recorded = json.loads((project / STARTER).read_text())
+        starter = psutil.Process(recorded["pid"])
+        live = _identity(starter.pid) == recorded
+    except (OSError, ValueError, KeyError, psutil.Error):
+        live = False
+    if not live:
+        stop(project)
+        return
+    print(f"lehr queue: asking `lehr queue start` (pid {starter.pid}) to stop", file=sys.stderr)
+    starter.send_signal(signal.SIGTERM)
+    with contextlib.suppress(psutil.Error):
+        starter.wait(STOP_WAIT_S + 60)
+
+
+def _identity(pid: int) -> dict:
+    import psutil
+
+    return {"pid": pid, "started": psutil.Process(pid).create_time()}
 
 
 def _interrupt(signum, frame) -> None:
