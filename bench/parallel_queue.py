@@ -74,8 +74,12 @@ def main() -> int:
     ap.add_argument(
         "--project", type=Path, default=Path("."), help="a lehr project, its pipeline run and committed"
     )
+    ap.add_argument("--key", default="shape", help="the anneal setting the two experiments differ in")
     ap.add_argument(
-        "--values", nargs=2, default=["0.2", "0.4"], help="the two experiments' anneal.decay_ratio"
+        "--values",
+        nargs=2,
+        default=["linear", "cosine"],
+        help="its two values (the default's: two anneals of one length, so neither waits for the other)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the bench's experiments afterwards")
     args = ap.parse_args()
