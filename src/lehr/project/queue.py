@@ -90,8 +90,12 @@ def stop_elsewhere(project: Path) -> None:
         return
     print(f"lehr queue: asking `lehr queue start` (pid {starter.pid}) to stop", file=sys.stderr)
     starter.send_signal(signal.SIGTERM)
+    # Until it has ended: gone, or a zombie its parent has not reaped yet (psutil's wait would
+    # wait on a zombie to the end of the timeout).
+    deadline = time.monotonic() + STOP_WAIT_S + 60
     with contextlib.suppress(psutil.Error):
-        starter.wait(STOP_WAIT_S + 60)
+        while starter.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 def _identity(pid: int) -> dict:
