@@ -11,7 +11,7 @@ The project must be clean (``git status``) with its pipeline up to date: the exp
 one anneal setting (``anneal.shape``: linear and cosine, each as long as the default's anneal), so
 each runs ``anneal`` and ``evaluate`` from the committed ``pre_anneal``. Wall time is the whole
 ``lehr queue start`` command, DVC's start-up included: what a person waits for. The bench's
-experiments are removed at the end (``--keep`` keeps them).
+experiments and their rolling folders are removed at the end (``--keep`` keeps them).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lehr.project.experiment_refs import experiments_of, git, show
 from lehr.project.queue import no_workers_left
+from lehr.project.run_folders import Layout, remove, scan
 
 ANNEAL = "conf/base/parameters_anneal.yml:anneal"
 METRICS = "data/08_reporting/metrics.json"
@@ -125,8 +126,12 @@ def main() -> int:
         f"{together[0]} beside the other, {alone} alone on its share: the anneal's figures "
         f"{'identical' if same else 'DIFFERENT'} (metrics.json)"
     )
-    if not args.keep:
+    if not args.keep:  # its experiments and their rolling folders, which live in the project
         run(project, "dvc", "exp", "remove", *sequential, *together, alone)
+        runs = project / "data/06_models/anneal_runs"
+        for folder in scan(Layout(project / "nowhere", project / "nowhere", runs, ())):
+            if folder.path.name.rsplit("-", 1)[0] in names:
+                remove(folder)
     return 0 if same else 1
 
 

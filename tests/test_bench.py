@@ -162,3 +162,4 @@ def test_parallel_queue_benchmark_runs_two_experiments_each_way_on_the_smoke_rep
     assert re.search(r"ratio \(-j 2 / -j 1\):\s+\d\.\d{3}", out.stdout), out.stdout
     assert "the anneal's figures identical" in out.stdout
     assert sh(repo, "dvc", "exp", "list", "--name-only").stdout.strip() == ""  # the bench's own, removed
+    assert not list((repo / "data/06_models/anneal_runs").glob("par-*"))  # and their rolling folders
