@@ -139,52 +139,61 @@ def evaluate_models(
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
     weights = {b: scored_weights(branches[b]) for b in names}
     models = {("pre_anneal",): pre_anneal, **{("branches", b): weights[b][1] for b in names}}
-    with on_a_share(pretrain) as hw:  # the models' work, after every check
+    with on_a_share(pretrain) as hw:  # the models' work, after every check; the share goes after it
         first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
         shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
         held = HeldOut.build(shard_set.heldout(), first.cfg.seq_len, params.eval_windows)
         tokenizer = Tokenizer.from_file(str(Path(shards["root"]) / "tokenizer.json"))
-        metrics: dict = {
-            "unigram": unigram_bpb(
-                [s for n, s in shard_set.sources.items() if n.startswith("train/")],
-                held,
-                first.cfg.vocab_size,
-            )
-        }
+        train = [s for n, s in shard_set.sources.items() if n.startswith("train/")]
+        metrics: dict = {"unigram": unigram_bpb(train, held, first.cfg.vocab_size)}
         samples, scored = [], {}
         for i, (name, path) in enumerate(models.items(), 1):
             log.info("evaluate: scoring %d/%d: %s", i, len(models), ".".join(name))
             model = first if path == pre_anneal else load_model(path, hw.device)
-            with torch.no_grad():
-                result = evaluate(model, held, hw, micro_batch=pretrain.micro_batch)
             node = metrics
             for part in name:
                 node = node.setdefault(part, {})
-            node.update(result)
-            scorer = Scorer(model, tokenizer, hw.device, batch_size=pretrain.micro_batch)
-            if tasks:
-                node["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
+            node.update(figures_of(model, held, tasks, tokenizer, hw, pretrain.micro_batch))
             if params.baseline or name[-1] == current:
                 scored[name[-1]] = comparison.score(model, held, tasks, tokenizer, hw, pretrain.micro_batch)
             text = sample_text(model, tokenizer, params.sample_prompt, params.sample_tokens, hw.device)
             samples.append(f"=== {'.'.join(name)} ===\n{text}\n")
-        for b in names:
-            metrics["branches"][b] |= {  # which weights were scored, grown from what, on how many tokens
-                "weights": weights[b][0],
-                "origin": ours.get(branched_from(branches[b] / "final"), "unrecorded"),
-                "tokens": State.read(weights[b][1]).tokens,
-            }
-        metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
-        metrics["anneal_gain"] = {
-            key: {m: metrics["pre_anneal"][key][m] - metrics["anneal"][key][m] for m in ("loss", "bpb")}
-            for key in metrics["pre_anneal"]
-            if key != "tasks"
+    for b in names:  # which weights were scored, grown from what, on how many tokens
+        metrics["branches"][b] |= provenance_of(branches[b], weights[b], ours)
+    metrics["anneal"] = {"branch": current, **metrics["branches"][current]}
+    metrics["anneal_gain"] = anneal_gain(metrics["pre_anneal"], metrics["anneal"])
+    items = {"branch": current, **scored[current].record()}
+    if params.baseline:
+        base = scored.pop(params.baseline)
+        metrics["vs_baseline"] = {
+            "baseline": params.baseline,
+            **{name: comparison.difference(base, other) for name, other in scored.items()},
         }
-        items = {"branch": current, **scored[current].record()}
-        if params.baseline:
-            base = scored.pop(params.baseline)
-            metrics["vs_baseline"] = {
-                "baseline": params.baseline,
-                **{name: comparison.difference(base, other) for name, other in scored.items()},
-            }
-        return metrics, "\n".join(samples), items
+    return metrics, "\n".join(samples), items
+
+
+def figures_of(model, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware, micro_batch: int) -> dict:
+    """A model's held-out figures per source, then its tasks' (``tasks``)."""
+    with torch.no_grad():
+        figures = evaluate(model, held, hw, micro_batch=micro_batch)
+    if tasks:
+        scorer = Scorer(model, tokenizer, hw.device, batch_size=micro_batch)
+        figures["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
+    return figures
+
+
+def provenance_of(branch: Path, weights: tuple[str, Path], origins_by_checkpoint: dict[str, str]) -> dict:
+    return {
+        "weights": weights[0],
+        "origin": origins_by_checkpoint.get(branched_from(branch / "final"), "unrecorded"),
+        "tokens": State.read(weights[1]).tokens,
+    }
+
+
+def anneal_gain(pre_anneal: dict, anneal: dict) -> dict:
+    """What the anneal took off ``pre_anneal``'s held-out loss and bits per byte, per source."""
+    return {
+        key: {m: pre_anneal[key][m] - anneal[key][m] for m in ("loss", "bpb")}
+        for key in pre_anneal
+        if key != "tasks"
+    }
