@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock corpus run ladder smoke test integration bench bench-check mlflow-ui viz check-params
+.PHONY: setup lock corpus run ladder smoke test integration slurm-up slurm-down bench bench-check mlflow-ui mlflow-server viz check-params
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,14 @@ test: setup
 integration: setup
 	$(BIN)/python -m pytest -m integration
 
+# A real one-node SLURM cluster on 127.0.0.1 (root, apt's slurm-wlm and munge), for the integration
+# tests that submit through sbatch: its state and slurm.conf in LEHR_SLURM_DIR, /tmp/lehr-slurm by default.
+slurm-up:
+	tests/slurm/cluster.sh up
+
+slurm-down:
+	tests/slurm/cluster.sh down
+
 # Each benchmark on tiny settings, so that none rots unnoticed: that it runs and reports, not its
 # figures (make bench measures those). CI runs it after make test.
 bench-check: setup
@@ -93,9 +101,16 @@ bench: setup
 	$(BIN)/python bench/train_loop.py
 	$(BIN)/python bench/newton_schulz.py
 
-# MLflow's UI on this machine only, until Ctrl-C or SIGTERM stops all of it (lehr/project/mlflow_ui.py).
+# MLflow's UI on this machine only, until Ctrl-C or SIGTERM stops all of it (lehr/project/mlflow_service.py).
 mlflow-ui: setup
 	$(BIN)/python -m lehr mlflow-ui
+
+# One tracking server for a team (docs/team.md): runs in mlflow-server/mlflow.db, artifacts in
+# mlflow-server/artifacts, on 127.0.0.1:5000 unless told, e.g. make mlflow-server HOST=0.0.0.0 PORT=5001.
+HOST ?= 127.0.0.1
+PORT ?= 5000
+mlflow-server: setup
+	$(BIN)/python -m lehr mlflow-server --host $(HOST) --port $(PORT)
 
 viz: setup
 	$(BIN)/kedro viz run --host 127.0.0.1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -47,6 +48,14 @@ def sh(
 def make_repo(dest: Path, corpus: Path, profile: str = "smoke") -> Path:
     """A sandbox of this checkout (what `make smoke` builds), with ``corpus`` as its bundled corpus."""
     return sandbox.create(ROOT, dest, profile, corpus)
+
+
+def copy_of(smoke_repo: Path, dest: Path) -> Path:
+    """The session's smoke repo with its baseline committed: experiments are relative to a commit."""
+    shutil.copytree(smoke_repo, dest, symlinks=True)
+    sh(dest, "git", "add", "-A")
+    sh(dest, "git", "commit", "-qm", "baseline", "--allow-empty")
+    return dest
 
 
 def dir_hash(path: Path) -> str:

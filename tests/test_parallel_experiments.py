@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,20 +22,12 @@ import pytest
 
 from lehr.project.experiment_refs import experiments_of
 from tests import faults
-from tests.e2e import cores_of, env, runs_of, sh
+from tests.e2e import copy_of, cores_of, env, runs_of, sh
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 STABLE = "conf/smoke/parameters_pretrain_stable.yml:pretrain"
 ANNEAL = "conf/base/parameters_anneal.yml:anneal"
-
-
-def copy_of(smoke_repo: Path, dest: Path) -> Path:
-    """The session's smoke repo with its baseline committed: experiments are relative to a commit."""
-    shutil.copytree(smoke_repo, dest, symlinks=True)
-    sh(dest, "git", "add", "-A")
-    sh(dest, "git", "commit", "-qm", "baseline", "--allow-empty")
-    return dest
 
 
 def stable_folders(repo: Path) -> set[str]:

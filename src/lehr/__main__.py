@@ -16,9 +16,11 @@ python -m lehr exp -n NAME -S F:K=V     `dvc exp run` with its -S values checked
 python -m lehr experiments              every experiment: changed params, figures, paired 95% difference
 python -m lehr queue start -j N         the queued experiments, N at once, each on its share; Ctrl-C stops
 python -m lehr queue stop               no queued experiment starts; running ones save a checkpoint, stop
+python -m lehr cluster submit -S F:K=1,2   a sweep as a SLURM job array; its experiments come back here
 python -m lehr shares                   who holds which share of this machine (cores, GPUs)
 python -m lehr mlflow-ui [--port N]    MLflow's UI on this machine, stopped whole by Ctrl-C or SIGTERM
-python -m lehr sandbox DEST [--profile P]    a throwaway copy of the project on a profile (`make smoke`)
+python -m lehr mlflow-server [--root D] [--host H]   one tracking server for a team (docs/team.md)
+python -m lehr sandbox DEST [--profile P] [--ladder]  a throwaway copy of the project (`make smoke`)
 python -m lehr join STAGE --params ...  node i > 0 of a run across machines: train its share
 """
 
@@ -405,6 +407,31 @@ def _queue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from lehr.paths import profile_in_force
+    from lehr.project import cluster
+
+    project = Path.cwd()
+    if args.action == "gather":
+        return cluster.gather_later(project, Path(args.folder))
+    return cluster.submit_sweep(
+        project,
+        profile_in_force(project),
+        args.set,
+        name=args.name,
+        folder=Path(args.folder),
+        git_remote=args.git_remote,
+        local=args.local,
+        wait_for_it=not args.no_wait,
+        partition=args.partition,
+        account=args.account,
+        time_min=args.time,
+        gpus_per_task=args.gpus_per_task,
+        cpus_per_task=args.cpus_per_task,
+        at_once=args.at_once,
+    )
+
+
 def _shares(args: argparse.Namespace) -> int:
     from lehr.project.queue import shares_table
 
@@ -413,15 +440,21 @@ def _shares(args: argparse.Namespace) -> int:
 
 
 def _mlflow_ui(args: argparse.Namespace) -> int:
-    from lehr.project.mlflow_ui import serve
+    from lehr.project.mlflow_service import ui
 
-    return serve(args.store, args.host, args.port)
+    return ui(args.store, args.host, args.port)
+
+
+def _mlflow_server(args: argparse.Namespace) -> int:
+    from lehr.project.mlflow_service import server
+
+    return server(Path(args.root), args.host, args.port)
 
 
 def _sandbox(args: argparse.Namespace) -> int:
     from lehr.project.sandbox import create
 
-    dest = create(Path.cwd(), Path(args.dest), args.profile, force=args.force)
+    dest = create(Path.cwd(), Path(args.dest), args.profile, force=args.force, ladder=args.ladder)
     print(f"sandbox on the {args.profile} profile in {dest}: `cd {dest} && dvc repro` runs it")
     return 0
 
@@ -641,6 +674,45 @@ def _queue_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    submit = actions.add_parser(
+        "submit",
+        help="a sweep of experiments as a SLURM job array; waits and gathers them (docs/team.md)",
+        description="Every combination of the -S values (DVC's sweeps: -S F:K=1,2) as one experiment, "
+        "each a task of one SLURM job array, at most --at-once running. Each task clones the commit "
+        "from the git remote onto shared storage (--folder), runs `lehr exp` there and pushes its "
+        "experiment to the git and DVC remotes; this command waits and pulls them here (`lehr "
+        "experiments` compares them). A requeued task resumes from its checkpoint. The working tree "
+        "must be clean and its commit pushed.",
+        formatter_class=Help,
+    )
+    submit.add_argument("-S", "--set-param", dest="set", action="append", default=[], metavar="F:K=V")
+    submit.add_argument("-n", "--name", help="the sweep's name; its experiments are NAME-1, NAME-2, ...")
+    submit.add_argument("--partition", help="SLURM partition (default: the cluster's)")
+    submit.add_argument("--account", help="SLURM account to charge")
+    submit.add_argument("--time", type=int, default=240, help="each task's time limit, minutes")
+    submit.add_argument("--gpus-per-task", type=int, default=0, help="GPUs for each task (0: a CPU run)")
+    submit.add_argument("--cpus-per-task", type=int, default=1, help="cores for each task")
+    submit.add_argument("--at-once", type=int, default=4, help="tasks running at once, at most")
+    submit.add_argument(
+        "--folder", default="build/cluster", help="on storage every node shares: the tasks' clones and logs"
+    )
+    submit.add_argument("--git-remote", default="origin", help="the git remote the tasks clone from")
+    submit.add_argument("--no-wait", action="store_true", help="return once submitted; gather later")
+    submit.add_argument(
+        "--local", action="store_true", help="no SLURM: submitit runs the same tasks on this machine"
+    )
+    gather = actions.add_parser(
+        "gather",
+        help="wait for a sweep's tasks, then pull their experiments here",
+        description="Wait for every task of a sweep submitted with --no-wait, then `dvc exp pull` "
+        "each finished experiment from the git and DVC remotes.",
+        formatter_class=Help,
+    )
+    gather.add_argument("folder", help="the sweep's folder, as `lehr cluster submit` printed it")
+
+
 def _no_args(p: argparse.ArgumentParser) -> None:
     pass
 
@@ -649,7 +721,22 @@ def _mlflow_ui_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store", default="sqlite:///mlflow.db", help="the tracking store (conf/base/mlflow.yml's)"
     )
-    p.add_argument("--host", default="127.0.0.1", help="127.0.0.1: this machine only")
+    _bind_args(p)
+
+
+def _mlflow_server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--root", default="mlflow-server", help="the server's own folder: runs (mlflow.db) and artifacts"
+    )
+    _bind_args(p)
+
+
+def _bind_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="127.0.0.1: this machine only; another address opens it, unauthenticated, to all who reach it",
+    )
     p.add_argument("--port", type=int, default=5000)
 
 
@@ -664,6 +751,11 @@ def _sandbox_args(p: argparse.ArgumentParser) -> None:
         "--force",
         action="store_true",
         help="replace an earlier sandbox even if it holds commits or experiments",
+    )
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="bring the ladder's stages (ladder/dvc.yaml) along: `dvc repro ladder/dvc.yaml` runs them there",
     )
 
 
@@ -718,11 +810,21 @@ COMMANDS = {
         _queue_args,
         _queue,
     ),
+    "cluster": (
+        "a sweep of experiments as a SLURM job array (submitit), gathered back here",
+        _cluster_args,
+        _cluster,
+    ),
     "shares": ("who holds which share of this machine's cores and GPUs now", _no_args, _shares),
     "mlflow-ui": (
         "MLflow's UI on the project's store until Ctrl-C, all of it stopped then",
         _mlflow_ui_args,
         _mlflow_ui,
+    ),
+    "mlflow-server": (
+        "one MLflow tracking server for a team (sqlite + artifacts in --root) until Ctrl-C",
+        _mlflow_server_args,
+        _mlflow_server,
     ),
     "sandbox": (
         "a throwaway copy of this project on a profile, as its own git + DVC repo",

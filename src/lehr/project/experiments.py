@@ -176,6 +176,43 @@ def set_args(argv: list[str]) -> list[str]:
     return out
 
 
+def name_arg(argv: list[str]) -> str | None:
+    """The experiment's name among ``dvc exp run``'s arguments (``-n N``, ``-nN``, ``--name[=]N``)."""
+    for i, a in enumerate(argv):
+        if a in ("-n", "--name"):
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if a.startswith("--name="):
+            return a.split("=", 1)[1]
+        if a.startswith("-n") and not a.startswith("--"):
+            return a[2:]
+    return None
+
+
+def taken_elsewhere(project: Path, name: str | None) -> list[str]:
+    """An experiment of this name on this baseline that a git remote already holds (another machine
+    pushed it). Two machines' experiments of one name would be one ref: ``dvc exp push`` of the
+    second says it "has diverged" and pushes nothing, yet exits 0."""
+    if not name:
+        return []
+    try:
+        head = git(project, "rev-parse", "HEAD").strip()
+        remotes = git(project, "remote").split()
+    except subprocess.CalledProcessError:
+        return []
+    ref = f"refs/exps/{head[:2]}/{head[2:]}/{name}"
+    taken = []
+    for remote in remotes:
+        out = subprocess.run(
+            ["git", "ls-remote", remote, ref], cwd=project, capture_output=True, text=True, timeout=60
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            taken.append(
+                f"experiment name {name!r} is taken on git remote {remote!r} (pushed from another clone): "
+                f"choose another -n, or `dvc exp pull {remote} {name}` to have that one here"
+            )
+    return taken
+
+
 def dvc_outputs(project: Path) -> tuple[list[Path], list[Path]]:
     """The outputs of dvc.yaml's stages: those DVC caches (a checkout puts them back) and those it
     does not (git keeps them: metrics, plots, reports)."""
@@ -261,6 +298,7 @@ def run(project: Path, env: str, argv: list[str]) -> int:
             "and a workspace experiment checks the recorded version out first: record them (`dvc commit` "
             "and a git commit), or run the experiment with --queue or --temp"
         )
+    problems += taken_elsewhere(project, name_arg(argv))
     if problems:
         for p in problems:
             print(f"lehr: error: {p}", file=sys.stderr)

@@ -20,7 +20,6 @@ COPIED = (
     "pyproject.toml",
     "requirements.lock",
     "dvc.yaml",
-    "ladder/dvc.yaml",  # the ladder's stages (not its lock: the sandbox has run none of them)
     ".dvcignore",
     ".gitignore",
     ".telemetry",
@@ -30,13 +29,25 @@ COPIED = (
     "notebooks",
     "data/01_raw/tasks",
 )
+# The ladder's stages, only when asked for (`--ladder`): without a lock of their own (the sandbox
+# has run none of them), DVC counts their outputs as missing, and `dvc pull`, `dvc checkout` and
+# `dvc exp apply` exit non-zero although everything the main pipeline needs arrived.
+LADDER = "ladder/dvc.yaml"
 
 
-def create(project: Path, dest: Path, profile: str, corpus: Path | None = None, force: bool = False) -> Path:
+def create(
+    project: Path,
+    dest: Path,
+    profile: str,
+    corpus: Path | None = None,
+    force: bool = False,
+    ladder: bool = False,
+) -> Path:
     """Copy the project's code and configuration (not its data, runs or local overrides) to
     ``dest``, choose ``profile`` there, and commit it as the sandbox's first commit. With
-    ``corpus``, that folder stands in for the bundled corpus (the ``corpus`` stage then leaves it).
-    An earlier sandbox is replaced only if it holds nothing of a person's (or with ``force``)."""
+    ``corpus``, that folder stands in for the bundled corpus (the ``corpus`` stage then leaves it);
+    with ``ladder``, the ladder's stages come along. An earlier sandbox is replaced only if it holds
+    nothing of a person's (or with ``force``)."""
     if dest.exists():
         if not (dest / MARKER).is_file():
             raise FileExistsError(
@@ -52,7 +63,7 @@ def create(project: Path, dest: Path, profile: str, corpus: Path | None = None, 
     if not (project / "conf" / profile).is_dir() and profile != "local":
         raise ValueError(f"no profile {profile!r}: the profiles are the folders of {project / 'conf'}")
     dest.mkdir(parents=True)
-    for name in COPIED:
+    for name in (*COPIED, LADDER) if ladder else COPIED:
         src = project / name
         if src.is_dir():
             shutil.copytree(

@@ -15,6 +15,7 @@ import getpass
 import hashlib
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -127,6 +128,7 @@ class MlflowTracking:
             "lehr.stage": stage,
             "lehr.group": group,
             "lehr.kedro_env": self._env,
+            "lehr.host": socket.gethostname(),  # tells two machines' runs apart on a team's server
             "dvc.exp_name": exp_name,
             "dvc.baseline_rev": os.environ.get("DVC_EXP_BASELINE_REV", ""),
             **{k: str(v) for k, v in git.items()},

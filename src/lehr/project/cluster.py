@@ -1,0 +1,400 @@
+"""A sweep of experiments on a SLURM cluster: ``python -m lehr cluster submit`` sends each of its
+experiments (every combination of its ``-S`` values) as one task of a job array, through submitit,
+and ``python -m lehr cluster gather`` brings them back, so that ``dvc exp show`` and ``lehr
+experiments`` compare them on the machine that submitted them (docs/team.md).
+
+DVC runs nothing remotely, so each task is a team member of its own: it clones the submitted commit
+from the git remote into its own folder on shared storage, takes the outputs the commit records from
+the DVC cache or remote, runs ``lehr exp`` there (its stages claim their share of the node through
+the allocator, as on one machine), and pushes the experiment to the git and DVC remotes. A task
+that SLURM requeues (``scontrol requeue``, preemption, or submitit's requeue before the time limit)
+starts again in the same clone, and its training stage resumes from the checkpoint in its run
+folder. Each task leaves one record (``records/<name>.json``) that the gatherer reads.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import submitit
+
+from lehr.files.atomic import write_text_atomic
+
+SWEEP_FILE = "sweep.json"
+DVC = (sys.executable, "-m", "dvc")  # this environment's, on a node with no virtualenv on its PATH
+TASK_MARK = "lehr-task"  # in a task clone's .git: the clone is whole
+POLL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What every task of a sweep needs, written once at submission beside the tasks' folders."""
+
+    id: str
+    folder: str  # on shared storage: clones/, records/, logs/
+    commit: str  # every task runs this commit, as the git remote has it
+    git_remote: str  # its name in the submitting project (for gather) ...
+    git_url: str  # ... and where the tasks clone it from
+    dvc_remote_url: str  # where tasks push their outputs (the project's default DVC remote)
+    cache_dir: str  # the submitting project's DVC cache: tasks on shared storage share it
+    experiments: dict[str, list[str]]  # name -> its -S values, one task each, in task order
+    executor: str  # "slurm", or "local" (submitit runs the same tasks on this machine)
+    job_id: str = ""
+    cpus_per_task: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # LEHR_* settings the tasks run with
+
+    @classmethod
+    def read(cls, folder: Path) -> Sweep:
+        try:
+            return cls(**json.loads((folder / SWEEP_FILE).read_text()))
+        except FileNotFoundError:
+            raise ValueError(
+                f"{folder} holds no sweep ({SWEEP_FILE} is missing): name the folder that "
+                "`python -m lehr cluster submit` printed"
+            ) from None
+
+    def write(self) -> None:
+        write_text_atomic(Path(self.folder) / SWEEP_FILE, json.dumps(asdict(self), indent=1) + "\n")
+
+    def record(self, name: str) -> dict | None:
+        try:
+            return json.loads((Path(self.folder) / "records" / f"{name}.json").read_text())
+        except FileNotFoundError:
+            return None
+
+
+# -- on the submitting machine -------------------------------------------------------------------
+def plan(project: Path, env: str, sets: list[str], prefix: str) -> dict[str, list[str]]:
+    """Every experiment of a sweep (DVC's own expansion of ``-S`` sweeps, ``key=1,2``), named
+    ``<prefix>-<i>``, each as the ``-S`` values of one ``lehr exp``. Values a stage would refuse are
+    refused here, before anything is queued."""
+    from dvc.utils.cli_parse import to_path_overrides
+    from dvc.utils.hydra import get_hydra_sweeps
+
+    from lehr.project.experiments import check_sets
+
+    problems = check_sets(project, env, sets)
+    if problems:
+        raise ValueError("\n".join(problems))
+    combos = get_hydra_sweeps(to_path_overrides(sets)) if sets else [{}]
+    width = len(str(len(combos)))
+    return {
+        f"{prefix}-{i + 1:0{width}d}": [f"{path}:{o}" for path, overrides in combo.items() for o in overrides]
+        for i, combo in enumerate(combos)
+    }
+
+
+def refuse_unsubmittable(project: Path, git_remote: str) -> tuple[str, str, str, str]:
+    """The commit, the git remote's URL, the DVC remote's URL and the DVC cache, or a ValueError
+    naming what keeps the sweep from running elsewhere exactly as it would here."""
+    dirty = _git(project, "status", "--porcelain", "--untracked-files=normal").splitlines()
+    if dirty:
+        paths = ", ".join(line[3:] for line in dirty[:8]) + (" ..." if len(dirty) > 8 else "")
+        raise ValueError(
+            f"the working tree has changes that no commit holds ({paths}): a task runs a commit, "
+            "so commit them (or stash them) and push the commit first"
+        )
+    commit = _git(project, "rev-parse", "HEAD").strip()
+    try:
+        git_url = _git(project, "remote", "get-url", git_remote).strip()
+    except subprocess.CalledProcessError:
+        raise ValueError(
+            f"no git remote {git_remote!r}: the tasks clone the commit from it "
+            f"(`git remote add {git_remote} URL`, or --git-remote NAME)"
+        ) from None
+    _git(project, "fetch", "--quiet", git_remote)
+    if not _git(project, "branch", "--remotes", "--contains", commit, "--list", f"{git_remote}/*").strip():
+        raise ValueError(
+            f"commit {commit[:10]} is not on {git_remote} ({git_url}): the tasks clone it from there; "
+            f"push it first (git push {git_remote} HEAD)"
+        )
+    dvc_url = default_dvc_remote(project)
+    cache = _dvc(project, "cache", "dir").strip()
+    return commit, _absolute_url(project, git_url), dvc_url, cache
+
+
+def default_dvc_remote(project: Path) -> str:
+    """The default DVC remote's URL as every clone would resolve it (a local path made absolute)."""
+    from dvc.repo import Repo
+
+    with Repo(str(project)) as repo:
+        name = repo.config["core"].get("remote")
+        if not name:
+            raise ValueError(
+                "no default DVC remote: the tasks push their outputs to it and gather pulls them from it. "
+                "Add one with `dvc remote add -d NAME URL` (docs/team.md)"
+            )
+        url = repo.config["remote"][name]["url"]
+    return _absolute_url(project / ".dvc", url)
+
+
+def submit(
+    project: Path,
+    sweep: Sweep,
+    *,
+    partition: str | None,
+    account: str | None,
+    time_min: int,
+    gpus_per_task: int,
+    cpus_per_task: int,
+    at_once: int,
+) -> tuple[Sweep, list]:
+    """Every experiment of ``sweep`` as one task of a job array, at most ``at_once`` running; the
+    sweep as submitted (its job id) and submitit's jobs."""
+    folder = Path(sweep.folder)
+    (folder / "records").mkdir(parents=True, exist_ok=True)
+    executor = submitit.AutoExecutor(folder=folder / "logs", cluster=sweep.executor)
+    params: dict = {"timeout_min": time_min, "cpus_per_task": cpus_per_task, "name": f"lehr-{sweep.id}"}
+    if sweep.executor == "slurm":
+        params |= {
+            "slurm_array_parallelism": at_once,
+            "slurm_additional_parameters": {"requeue": True},  # a preempted task comes back
+            **({"slurm_partition": partition} if partition else {}),
+            **({"slurm_account": account} if account else {}),
+            **({"slurm_gpus_per_task": gpus_per_task} if gpus_per_task else {}),
+        }
+    executor.update_parameters(**params)
+    sweep.write()  # the tasks read it: before the first can start
+    jobs = executor.map_array(SweepTask(), [str(folder)] * len(sweep.experiments), list(sweep.experiments))
+    submitted = Sweep(**{**asdict(sweep), "job_id": jobs[0].job_id.split("_")[0]})
+    submitted.write()
+    return submitted, jobs
+
+
+def wait(sweep: Sweep, jobs: list | None = None, say=print) -> dict[str, dict]:
+    """Each task's record, once every task has one or has left the queue without one (said so)."""
+    folder = Path(sweep.folder)
+    said: dict[str, str] = {}
+    while True:
+        live = _live_tasks(sweep, jobs)
+        records: dict[str, dict] = {}
+        for i, name in enumerate(sweep.experiments):
+            record = sweep.record(name)
+            if record is None and i not in live:
+                record = {
+                    "name": name,
+                    "state": "lost",
+                    "error": f"the task ended without a record: see its log in {folder / 'logs'}",
+                }
+            state = record["state"] if record else live[i]
+            if said.get(name) != state:
+                say(f"{name}: {state}" + (f" ({record['error']})" if record and record.get("error") else ""))
+                said[name] = state
+            if record is not None:
+                records[name] = record
+        if len(records) == len(sweep.experiments):
+            return records
+        time.sleep(POLL_S)
+
+
+def _live_tasks(sweep: Sweep, jobs: list | None) -> dict[int, str]:
+    """Task index -> its state, for the tasks still queued or running."""
+    if jobs is not None:  # this process submitted them (the local executor always waits here)
+        return {i: job.state.lower() for i, job in enumerate(jobs) if not job.done()}
+    out = subprocess.run(
+        ["squeue", "--noheader", "--array", "--jobs", sweep.job_id, "--format", "%K %T"],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        if "Invalid job id" in out.stderr:  # SLURM has forgotten the job: none is live
+            return {}
+        raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
+    live = {}
+    for line in out.stdout.splitlines():
+        index, state = line.split()
+        if index.isdigit():
+            live[int(index)] = state.lower()
+    return live
+
+
+def gather(project: Path, sweep: Sweep, records: dict[str, dict], say=print) -> list[str]:
+    """Every finished experiment of the sweep into this project (``dvc exp pull``): its commit and,
+    from the DVC remote, its outputs. Returns the names brought back."""
+    done = [name for name, r in records.items() if r["state"] == "done"]
+    for name in done:
+        subprocess.run([*DVC, "exp", "pull", "--force", sweep.git_remote, name], cwd=project, check=True)
+        say(f"{name}: pulled ({records[name]['host']}, {records[name]['seconds']:.0f} s)")
+    return done
+
+
+def submit_sweep(
+    project: Path,
+    env: str,
+    sets: list[str],
+    *,
+    name: str | None,
+    folder: Path,
+    git_remote: str,
+    local: bool,
+    wait_for_it: bool,
+    **slurm,
+) -> int:
+    """``python -m lehr cluster submit``: plan, refuse what cannot run elsewhere, submit, and (unless
+    told not to wait) gather."""
+    if local and not wait_for_it:
+        raise ValueError(
+            "--local runs the tasks as children of this command: it waits for them (drop --no-wait)"
+        )
+    id_ = name or sweep_id()
+    experiments = plan(project, env, sets, id_)
+    commit, git_url, dvc_url, cache = refuse_unsubmittable(project, git_remote)
+    where = (folder / id_).resolve()
+    if where.exists():
+        raise ValueError(f"{where} exists: a sweep of that name was submitted; choose another --name")
+    sweep = Sweep(
+        id=id_,
+        folder=str(where),
+        commit=commit,
+        git_remote=git_remote,
+        git_url=git_url,
+        dvc_remote_url=dvc_url,
+        cache_dir=cache,
+        experiments=experiments,
+        executor="local" if local else "slurm",
+        cpus_per_task=slurm["cpus_per_task"],
+        env={k: v for k, v in os.environ.items() if k.startswith("LEHR_")},
+    )
+    sweep, jobs = submit(project, sweep, **slurm)
+    print(
+        f"sweep {id_}: {len(experiments)} experiment(s) of commit {commit[:10]} as "
+        f"{'local jobs' if local else f'SLURM job array {sweep.job_id}'}; folder {where}"
+    )
+    for exp, values in experiments.items():
+        print(f"  {exp}: {' '.join(values) or '(the commit as it is)'}")
+    if not wait_for_it:
+        print(f"gather them when they end: python -m lehr cluster gather {where}")
+        return 0
+    return _gathered(project, sweep, wait(sweep, jobs if local else None))
+
+
+def gather_later(project: Path, folder: Path) -> int:
+    """``python -m lehr cluster gather FOLDER``: wait for the sweep's tasks, then pull them here."""
+    sweep = Sweep.read(folder)
+    return _gathered(project, sweep, wait(sweep))
+
+
+def _gathered(project: Path, sweep: Sweep, records: dict[str, dict]) -> int:
+    done = gather(project, sweep, records)
+    failed = [f"{n} ({r['state']}: {r.get('error')})" for n, r in records.items() if r["state"] != "done"]
+    print(f"{len(done)} of {len(records)} experiment(s) here: `python -m lehr experiments` compares them")
+    if failed:
+        print(f"lehr: error: not gathered: {'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- on a node: one task --------------------------------------------------------------------------
+class SweepTask(submitit.helpers.Checkpointable):
+    """One experiment of a sweep. Checkpointable: when SLURM's time limit nears, submitit requeues
+    the task (its default ``checkpoint``), and the requeued task resumes in the same clone."""
+
+    def __call__(self, folder: str, name: str) -> dict:
+        sweep = Sweep.read(Path(folder))
+        started = time.time()
+        clone = Path(folder) / "clones" / name
+        log = _say_to(Path(folder) / "logs" / f"{name}.txt")
+        try:
+            _clone(sweep, clone, log)
+            if not _has_experiment(clone, sweep.commit, name):
+                # The stages' own commands (kedro, from dvc.yaml) from this environment too.
+                path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+                env = {**os.environ, **sweep.env, **_share_env(sweep), "PATH": path}
+                cmd = [sys.executable, "-m", "lehr", "exp", "-n", name]
+                for s in sweep.experiments[name]:
+                    cmd += ["-S", s]
+                log(f"{' '.join(cmd)} (restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
+                _step(cmd, clone, env)
+            _step([*DVC, "exp", "push", "origin", name], clone)
+            sha = _git(clone, "rev-parse", f"refs/exps/{sweep.commit[:2]}/{sweep.commit[2:]}/{name}").strip()
+            record = {"name": name, "state": "done", "experiment": sha}
+        except subprocess.CalledProcessError as e:
+            record = {
+                "name": name,
+                "state": "failed",
+                "error": f"{' '.join(map(str, e.cmd))} exited {e.returncode}",
+            }
+        record |= {"host": socket.gethostname(), "seconds": round(time.time() - started, 1)}
+        write_text_atomic(Path(folder) / "records" / f"{name}.json", json.dumps(record) + "\n")
+        log(f"{record['state']}: {record.get('error') or record.get('experiment')}")
+        return record
+
+
+def _clone(sweep: Sweep, clone: Path, log) -> None:
+    """The task's own clone of the sweep's commit, made whole or not at all (a requeued task finds
+    it whole, or makes it again), with the DVC cache and remote the sweep uses."""
+    if (clone / ".git" / TASK_MARK).is_file():
+        return
+    partial = clone.with_name(clone.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)  # this task's own unfinished clone, from a killed try
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    _step(["git", "clone", "--quiet", "--no-checkout", sweep.git_url, str(partial)], partial.parent)
+    _step(["git", "checkout", "--quiet", "--detach", sweep.commit], partial)
+    # The submitting project's cache, on shared storage: the shards are linked, not copied per task.
+    _step([*DVC, "cache", "dir", "--local", sweep.cache_dir], partial)
+    _step([*DVC, "config", "--local", "cache.type", "reflink,hardlink,copy"], partial)
+    _step([*DVC, "remote", "add", "--local", "--force", "--default", "sweep", sweep.dvc_remote_url], partial)
+    (partial / ".git" / TASK_MARK).write_text(f"{sweep.id}\n")
+    partial.rename(clone)
+    # What the commit's dvc.lock records: from the shared cache, else the remote. An output on
+    # neither is made again by its stage.
+    pulled = subprocess.run([*DVC, "pull", "--quiet", "dvc.yaml"], cwd=clone, capture_output=True, text=True)
+    if pulled.returncode != 0:
+        log("dvc pull: not every output is in the cache or remote; the stages that made them run again")
+
+
+def _has_experiment(clone: Path, commit: str, name: str) -> bool:
+    ref = f"refs/exps/{commit[:2]}/{commit[2:]}/{name}"
+    return subprocess.run(["git", "show-ref", "--quiet", ref], cwd=clone).returncode == 0
+
+
+def _share_env(sweep: Sweep) -> dict[str, str]:
+    """The task's share for the allocator: where SLURM gave it fewer cores than the node shows (no
+    binding), it declares how many tasks the node holds, so each claims its part."""
+    given = int(os.environ.get("SLURM_CPUS_PER_TASK") or sweep.cpus_per_task or 0)
+    visible = len(os.sched_getaffinity(0))
+    if given and visible > given and "LEHR_JOBS" not in sweep.env:
+        return {"LEHR_JOBS": str(visible // given)}
+    return {}
+
+
+def _step(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
+    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+
+
+def _say_to(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def say(line: str) -> None:
+        with path.open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        print(f"lehr cluster: {line}", flush=True)
+
+    return say
+
+
+def _git(project: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=project, capture_output=True, text=True, check=True).stdout
+
+
+def _dvc(project: Path, *args: str) -> str:
+    return subprocess.run([*DVC, *args], cwd=project, capture_output=True, text=True, check=True).stdout
+
+
+def _absolute_url(base: Path, url: str) -> str:
+    if "://" in url or url.startswith("/") or ":" in url.split("/")[0]:
+        return url  # a URL, an absolute path, or git's host:path
+    return str((base / url).resolve())
+
+
+def sweep_id() -> str:
+    return f"{getpass.getuser()}-{time.strftime('%Y%m%d-%H%M%S')}"
