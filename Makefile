@@ -78,10 +78,12 @@ test: setup
 	# bench-check's.
 	$(BIN)/python -m pytest -n $$(( $$(nproc) + 3 )) --dist loadfile --no-loadscope-reorder -m "not bench and not integration"
 
-# Several experiments at once through real DVC queues (docs/parallel.md): minutes of smoke runs,
-# kept out of make test's 12 minutes. Its tests time a queue of -j 2, so they run one at a time.
-integration: setup
-	$(BIN)/python -m pytest -m integration
+# Several experiments at once through real DVC queues (docs/parallel.md), two clones of a team and
+# a sweep through a real one-node SLURM (docs/team.md): minutes of smoke runs, kept out of make
+# test's 12 minutes. Its tests time a queue of -j 2, so they run one at a time. The cluster is
+# started for them and stopped after, whatever they end with.
+integration: setup slurm-up
+	$(BIN)/python -m pytest -m integration; rc=$$?; tests/slurm/cluster.sh down; exit $$rc
 
 # A real one-node SLURM cluster on 127.0.0.1 (root, apt's slurm-wlm and munge), for the integration
 # tests that submit through sbatch: its state and slurm.conf in LEHR_SLURM_DIR, /tmp/lehr-slurm by default.

@@ -58,6 +58,20 @@ def copy_of(smoke_repo: Path, dest: Path) -> Path:
     return dest
 
 
+def team(smoke_repo: Path, root: Path) -> tuple[Path, Path]:
+    """Clone A (the smoke run, pushed to a bare git remote and a local DVC remote) and clone B (a
+    fresh ``git clone`` of the remote, with nothing of DVC's yet)."""
+    a = copy_of(smoke_repo, root / "a")
+    sh(root, "git", "init", "-q", "--bare", "remote.git")
+    sh(a, "git", "remote", "add", "origin", str(root / "remote.git"))
+    sh(a, "dvc", "remote", "add", "-d", "store", str(root / "dvc-store"))
+    sh(a, "git", "commit", "-qam", "the team's DVC remote")
+    sh(a, "git", "push", "-q", "origin", "HEAD:main")
+    sh(a, "dvc", "push")
+    sh(root, "git", "clone", "-q", "--branch", "main", str(root / "remote.git"), "b")
+    return a, root / "b"
+
+
 def dir_hash(path: Path) -> str:
     """The folder's files and bytes; lehr's lock files (beside the folders they guard, ignored by
     DVC too) are not artifacts and stay out."""

@@ -17,11 +17,10 @@ import socket
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.e2e import copy_of, env, sh
+from tests.e2e import env, sh, team
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -32,20 +31,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def team(smoke_repo: Path, root: Path) -> tuple[Path, Path]:
-    """Clone A (the smoke run, pushed to a bare git remote and a local DVC remote) and clone B (a
-    fresh ``git clone`` of the remote, with nothing of DVC's yet)."""
-    a = copy_of(smoke_repo, root / "a")
-    sh(root, "git", "init", "-q", "--bare", "remote.git")
-    sh(a, "git", "remote", "add", "origin", str(root / "remote.git"))
-    sh(a, "dvc", "remote", "add", "-d", "store", str(root / "dvc-store"))
-    sh(a, "git", "commit", "-qam", "the team's DVC remote")
-    sh(a, "git", "push", "-q", "origin", "HEAD:main")
-    sh(a, "dvc", "push")
-    sh(root, "git", "clone", "-q", "--branch", "main", str(root / "remote.git"), "b")
-    return a, root / "b"
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,12 +28,18 @@ from pathlib import Path
 
 import submitit
 
+from lehr.errors import Explained
 from lehr.files.atomic import write_text_atomic
+from lehr.project.experiments import taken_elsewhere
 
 SWEEP_FILE = "sweep.json"
 DVC = (sys.executable, "-m", "dvc")  # this environment's, on a node with no virtualenv on its PATH
 TASK_MARK = "lehr-task"  # in a task clone's .git: the clone is whole
 POLL_S = 5.0
+
+
+class ClusterError(Explained, RuntimeError):
+    """SLURM or a remote answered with an error: the message names the command and its answer."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,8 @@ class Sweep:
     cache_dir: str  # the submitting project's DVC cache: tasks on shared storage share it
     experiments: dict[str, list[str]]  # name -> its -S values, one task each, in task order
     executor: str  # "slurm", or "local" (submitit runs the same tasks on this machine)
-    job_id: str = ""
+    job_id: str = ""  # SLURM's: the array's (a sweep of one is a plain job)
+    task_ids: list[str] = field(default_factory=list)  # each task's, in task order: 12_0, 12_1 (or 12)
     cpus_per_task: int = 0
     env: dict[str, str] = field(default_factory=dict)  # LEHR_* settings the tasks run with
 
@@ -123,17 +131,15 @@ def refuse_unsubmittable(project: Path, git_remote: str) -> tuple[str, str, str,
 
 
 def default_dvc_remote(project: Path) -> str:
-    """The default DVC remote's URL as every clone would resolve it (a local path made absolute)."""
-    from dvc.repo import Repo
-
-    with Repo(str(project)) as repo:
-        name = repo.config["core"].get("remote")
-        if not name:
-            raise ValueError(
-                "no default DVC remote: the tasks push their outputs to it and gather pulls them from it. "
-                "Add one with `dvc remote add -d NAME URL` (docs/team.md)"
-            )
-        url = repo.config["remote"][name]["url"]
+    """The default DVC remote's URL as every clone would resolve it (a local path made absolute:
+    DVC reads one relative to the config file's folder, .dvc/)."""
+    name = subprocess.run([*DVC, "config", "core.remote"], cwd=project, capture_output=True, text=True)
+    if name.returncode != 0 or not name.stdout.strip():
+        raise ValueError(
+            "no default DVC remote: the tasks push their outputs to it and gather pulls them from it. "
+            "Add one with `dvc remote add -d NAME URL` (docs/team.md)"
+        )
+    url = _dvc(project, "config", f"remote.{name.stdout.strip()}.url").strip()
     return _absolute_url(project / ".dvc", url)
 
 
@@ -164,8 +170,14 @@ def submit(
         }
     executor.update_parameters(**params)
     sweep.write()  # the tasks read it: before the first can start
-    jobs = executor.map_array(SweepTask(), [str(folder)] * len(sweep.experiments), list(sweep.experiments))
-    submitted = Sweep(**{**asdict(sweep), "job_id": jobs[0].job_id.split("_")[0]})
+    try:
+        names = list(sweep.experiments)
+        jobs = executor.map_array(SweepTask(), [str(folder)] * len(names), names)
+    except subprocess.CalledProcessError as e:  # sbatch said no: a partition, account or limit
+        said = (e.output.decode() if isinstance(e.output, bytes) else str(e.output or "")).strip()
+        raise ClusterError(f"sbatch refused the sweep: {said or e}") from None
+    ids = [job.job_id for job in jobs]
+    submitted = Sweep(**{**asdict(sweep), "job_id": ids[0].split("_")[0], "task_ids": ids})
     submitted.write()
     return submitted, jobs
 
@@ -201,20 +213,16 @@ def _live_tasks(sweep: Sweep, jobs: list | None) -> dict[int, str]:
     if jobs is not None:  # this process submitted them (the local executor always waits here)
         return {i: job.state.lower() for i, job in enumerate(jobs) if not job.done()}
     out = subprocess.run(
-        ["squeue", "--noheader", "--array", "--jobs", sweep.job_id, "--format", "%K %T"],
+        ["squeue", "--noheader", "--array", "--jobs", sweep.job_id, "--format", "%i %T"],
         capture_output=True,
         text=True,
     )
     if out.returncode != 0:
         if "Invalid job id" in out.stderr:  # SLURM has forgotten the job: none is live
             return {}
-        raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
-    live = {}
-    for line in out.stdout.splitlines():
-        index, state = line.split()
-        if index.isdigit():
-            live[int(index)] = state.lower()
-    return live
+        raise ClusterError(f"squeue --jobs {sweep.job_id} failed: {out.stderr.strip()}")
+    states = dict(line.split() for line in out.stdout.splitlines() if line.strip())
+    return {i: states[task].lower() for i, task in enumerate(sweep.task_ids) if task in states}
 
 
 def gather(project: Path, sweep: Sweep, records: dict[str, dict], say=print) -> list[str]:
@@ -222,7 +230,16 @@ def gather(project: Path, sweep: Sweep, records: dict[str, dict], say=print) -> 
     from the DVC remote, its outputs. Returns the names brought back."""
     done = [name for name, r in records.items() if r["state"] == "done"]
     for name in done:
-        subprocess.run([*DVC, "exp", "pull", "--force", sweep.git_remote, name], cwd=project, check=True)
+        # DVC says "No experiments to pull." even as it brings one: the ref tells.
+        pulled = subprocess.run(
+            [*DVC, "exp", "pull", "--force", sweep.git_remote, name],
+            cwd=project,
+            capture_output=True,
+            text=True,
+        )
+        if pulled.returncode != 0 or not _has_experiment(project, sweep.commit, name):
+            said = (pulled.stderr or pulled.stdout).strip()
+            raise ClusterError(f"dvc exp pull {sweep.git_remote} {name} brought nothing: {said}")
         say(f"{name}: pulled ({records[name]['host']}, {records[name]['seconds']:.0f} s)")
     return done
 
@@ -248,6 +265,9 @@ def submit_sweep(
     id_ = name or sweep_id()
     experiments = plan(project, env, sets, id_)
     commit, git_url, dvc_url, cache = refuse_unsubmittable(project, git_remote)
+    taken = [line for exp in experiments for line in taken_elsewhere(project, exp)]
+    if taken:
+        raise ValueError("\n".join(taken))
     where = (folder / id_).resolve()
     if where.exists():
         raise ValueError(f"{where} exists: a sweep of that name was submitted; choose another --name")
@@ -267,7 +287,7 @@ def submit_sweep(
     sweep, jobs = submit(project, sweep, **slurm)
     print(
         f"sweep {id_}: {len(experiments)} experiment(s) of commit {commit[:10]} as "
-        f"{'local jobs' if local else f'SLURM job array {sweep.job_id}'}; folder {where}"
+        f"{'local jobs' if local else f'SLURM job {sweep.job_id}'}; folder {where}"
     )
     for exp, values in experiments.items():
         print(f"  {exp}: {' '.join(values) or '(the commit as it is)'}")
@@ -298,7 +318,7 @@ class SweepTask(submitit.helpers.Checkpointable):
     """One experiment of a sweep. Checkpointable: when SLURM's time limit nears, submitit requeues
     the task (its default ``checkpoint``), and the requeued task resumes in the same clone."""
 
-    def __call__(self, folder: str, name: str) -> dict:
+    def __call__(self, folder: str, name: str) -> dict | None:
         sweep = Sweep.read(Path(folder))
         started = time.time()
         clone = Path(folder) / "clones" / name
@@ -306,27 +326,44 @@ class SweepTask(submitit.helpers.Checkpointable):
         try:
             _clone(sweep, clone, log)
             if not _has_experiment(clone, sweep.commit, name):
-                # The stages' own commands (kedro, from dvc.yaml) from this environment too.
-                path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-                env = {**os.environ, **sweep.env, **_share_env(sweep), "PATH": path}
-                cmd = [sys.executable, "-m", "lehr", "exp", "-n", name]
-                for s in sweep.experiments[name]:
-                    cmd += ["-S", s]
-                log(f"{' '.join(cmd)} (restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
-                _step(cmd, clone, env)
-            _step([*DVC, "exp", "push", "origin", name], clone)
+                _experiment(sweep, clone, name, log)
+            pushed = _step([*DVC, "exp", "push", "origin", name], clone)
+            if "diverged" in pushed:  # DVC pushes nothing then, and exits 0
+                raise TaskFailed(f"the git remote holds another experiment named {name}: {pushed.strip()}")
             sha = _git(clone, "rev-parse", f"refs/exps/{sweep.commit[:2]}/{sweep.commit[2:]}/{name}").strip()
             record = {"name": name, "state": "done", "experiment": sha}
-        except subprocess.CalledProcessError as e:
-            record = {
-                "name": name,
-                "state": "failed",
-                "error": f"{' '.join(map(str, e.cmd))} exited {e.returncode}",
-            }
+        except StoppedBySignal as e:
+            # SLURM's requeue or scancel: the stage saved its checkpoint. No record, so the gatherer
+            # waits for the requeued try (or, cancelled, reports the task gone).
+            log(str(e))
+            return None
+        except TaskFailed as e:
+            record = {"name": name, "state": "failed", "error": str(e)}
         record |= {"host": socket.gethostname(), "seconds": round(time.time() - started, 1)}
         write_text_atomic(Path(folder) / "records" / f"{name}.json", json.dumps(record) + "\n")
         log(f"{record['state']}: {record.get('error') or record.get('experiment')}")
         return record
+
+
+class TaskFailed(Exception):
+    """A step of a task failed: the task's record says which, and its log why."""
+
+
+class StoppedBySignal(Exception):
+    """A step ended by SIGTERM or SIGINT, as SLURM stops a job it requeues or cancels."""
+
+
+def _experiment(sweep: Sweep, clone: Path, name: str, log) -> None:
+    """``lehr exp`` of the experiment in the task's clone: a requeued try resumes the training the
+    last one checkpointed (its run folder is in the clone)."""
+    # The stages' own commands (kedro, in dvc.yaml) from this environment too.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, **sweep.env, **_share_env(sweep), "PATH": path}
+    cmd = [sys.executable, "-m", "lehr", "exp", "-n", name]
+    for value in sweep.experiments[name]:
+        cmd += ["-S", value]
+    log(f"{' '.join(cmd)} (SLURM restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
+    _step(cmd, clone, env, capture=False)
 
 
 def _clone(sweep: Sweep, clone: Path, log) -> None:
@@ -367,8 +404,21 @@ def _share_env(sweep: Sweep) -> dict[str, str]:
     return {}
 
 
-def _step(cmd: list[str], cwd: Path, env: dict | None = None) -> None:
-    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+def _step(cmd: list[str], cwd: Path, env: dict | None = None, capture: bool = True) -> str:
+    """Run one step of a task; its output goes to the task's SLURM log (and is returned when
+    captured). A failure raises TaskFailed, a stop by signal StoppedBySignal."""
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=capture, text=True)
+    said = (done.stdout or "") + (done.stderr or "")
+    if capture:
+        print(said, end="", flush=True)
+    if done.returncode in (-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+        raise StoppedBySignal(
+            f"{' '.join(cmd[:6])} stopped by a signal (SLURM's requeue or scancel): no record; "
+            "a requeued try goes on from the checkpoint"
+        )
+    if done.returncode != 0:
+        raise TaskFailed(f"{' '.join(cmd)} exited {done.returncode} in {cwd}: {said.strip()[-300:]}")
+    return said
 
 
 def _say_to(path: Path):
