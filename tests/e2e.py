@@ -58,14 +58,19 @@ def copy_of(smoke_repo: Path, dest: Path) -> Path:
     return dest
 
 
-def team(smoke_repo: Path, root: Path) -> tuple[Path, Path]:
+def team(smoke_repo: Path, root: Path, ladder: bool = False) -> tuple[Path, Path]:
     """Clone A (the smoke run, pushed to a bare git remote and a local DVC remote) and clone B (a
-    fresh ``git clone`` of the remote, with nothing of DVC's yet)."""
+    fresh ``git clone`` of the remote, with nothing of DVC's yet). With ``ladder``, A's commit holds
+    the ladder's stages too (``lehr sandbox --ladder``)."""
     a = copy_of(smoke_repo, root / "a")
+    if ladder:
+        (a / "ladder").mkdir()
+        shutil.copy2(ROOT / "ladder/dvc.yaml", a / "ladder/dvc.yaml")
     sh(root, "git", "init", "-q", "--bare", "remote.git")
     sh(a, "git", "remote", "add", "origin", str(root / "remote.git"))
     sh(a, "dvc", "remote", "add", "-d", "store", str(root / "dvc-store"))
-    sh(a, "git", "commit", "-qam", "the team's DVC remote")
+    sh(a, "git", "add", "-A")
+    sh(a, "git", "commit", "-qm", "the team's DVC remote")
     sh(a, "git", "push", "-q", "origin", "HEAD:main")
     sh(a, "dvc", "push")
     sh(root, "git", "clone", "-q", "--branch", "main", str(root / "remote.git"), "b")

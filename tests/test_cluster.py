@@ -113,7 +113,7 @@ def slurm() -> dict[str, str]:
         subprocess.run(["scancel", "--name", f"lehr-{name}"], env=slurm_env, capture_output=True)
 
 
-SWEEPS = ("sw", "rq")
+SWEEPS = ("sw", "rq", "lad")
 
 
 def experiments_table(repo: Path) -> dict[str, str]:
@@ -182,3 +182,21 @@ def test_the_local_executor_runs_the_same_tasks_without_slurm(smoke_repo, tmp_pa
     )  # fmt: skip
     assert "as local jobs" in out.stdout and "1 of 1 experiment(s) here" in out.stdout, out.stdout
     assert "[" in experiments_table(a)["loc-1"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_ladders_rungs_run_as_an_array_and_come_back_through_the_run_cache(smoke_repo, tmp_path, slurm):
+    a, _ = team(smoke_repo, tmp_path, ladder=True)
+    out = sh(
+        a, "python", "-m", "lehr", "cluster", "submit", "-n", "lad", "--ladder", "1,2", "--time", "20",
+        "--cpus-per-task", "1", "--at-once", "2", "--folder", str(tmp_path / "shared"),
+        extra_env=slurm, timeout=900,
+    )  # fmt: skip
+    assert "2 of 2 rung(s) here" in out.stdout, out.stdout
+    for d in (1, 2):
+        assert f"rung-{d}: restored from the run cache (ladder/dvc.yaml:ladder_rung@{d})" in out.stdout
+        assert (a / f"data/07_model_output/ladder/rung-{d}.json").is_file()
+    # The ladder's own stages here find both rungs done: nothing trains again.
+    repro = sh(a, "dvc", "repro", "ladder/dvc.yaml:ladder_rung@1", "ladder/dvc.yaml:ladder_rung@2")
+    assert "Running stage" not in repro.stdout, repro.stdout

@@ -423,6 +423,7 @@ def _cluster(args: argparse.Namespace) -> int:
         git_remote=args.git_remote,
         local=args.local,
         wait_for_it=not args.no_wait,
+        ladder=args.ladder,
         partition=args.partition,
         account=args.account,
         time_min=args.time,
@@ -687,7 +688,23 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
         "must be clean and its commit pushed.",
         formatter_class=Help,
     )
-    submit.add_argument("-S", "--set-param", dest="set", action="append", default=[], metavar="F:K=V")
+    submit.add_argument(
+        "-S",
+        "--set-param",
+        dest="set",
+        action="append",
+        default=[],
+        metavar="F:K=V",
+        help="a param, or several values of it (a sweep), as `dvc exp run -S` takes them, e.g. "
+        "conf/base/parameters_anneal.yml:anneal.decay_ratio=0.2,0.4",
+    )
+    submit.add_argument(
+        "--ladder",
+        nargs="?",
+        const="all",
+        metavar="SIZES",
+        help="the ladder's rungs instead (all, or sizes: 1,3), each a task; DVC's run cache gathers them",
+    )
     submit.add_argument("-n", "--name", help="the sweep's name; its experiments are NAME-1, NAME-2, ...")
     submit.add_argument("--partition", help="SLURM partition (default: the cluster's)")
     submit.add_argument("--account", help="SLURM account to charge")

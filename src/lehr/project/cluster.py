@@ -53,8 +53,9 @@ class Sweep:
     git_url: str  # ... and where the tasks clone it from
     dvc_remote_url: str  # where tasks push their outputs (the project's default DVC remote)
     cache_dir: str  # the submitting project's DVC cache: tasks on shared storage share it
-    experiments: dict[str, list[str]]  # name -> its -S values, one task each, in task order
+    experiments: dict[str, list[str]]  # name -> its -S values (a rung: its DVC stage), one task each
     executor: str  # "slurm", or "local" (submitit runs the same tasks on this machine)
+    ladder: bool = False  # the tasks are the ladder's rungs, not experiments
     job_id: str = ""  # SLURM's: the array's (a sweep of one is a plain job)
     task_ids: list[str] = field(default_factory=list)  # each task's, in task order: 12_0, 12_1 (or 12)
     cpus_per_task: int = 0
@@ -101,6 +102,28 @@ def plan(project: Path, env: str, sets: list[str], prefix: str) -> dict[str, lis
     }
 
 
+def plan_ladder(project: Path, env: str, rungs: str) -> dict[str, list[str]]:
+    """The ladder's rungs (``all``, or sizes such as ``1,3``), each as the DVC stage one task runs:
+    ``rung-<depth>`` -> ``[ladder/dvc.yaml:ladder_rung@<depth>]``. The ladder's params are checked
+    as ``lehr check`` does, so that a refused ladder refuses here, before anything is queued."""
+    import yaml
+
+    from lehr.project.experiments import problems_of
+
+    problems = problems_of(project, env)
+    if problems:
+        raise ValueError("\n".join(problems))
+    sizes = yaml.safe_load((project / "conf/base/parameters_ladder.yml").read_text())["ladder"]["sizes"]
+    wanted = sizes if rungs == "all" else [int(r) for r in rungs.split(",")]
+    unknown = sorted(set(wanted) - set(sizes))
+    if unknown:
+        raise ValueError(
+            f"--ladder {rungs}: no rung of size {', '.join(map(str, unknown))}; the ladder's sizes are "
+            f"{sizes} (ladder.sizes in conf/base/parameters_ladder.yml)"
+        )
+    return {f"rung-{d}": [f"ladder/dvc.yaml:ladder_rung@{d}"] for d in wanted}
+
+
 def refuse_unsubmittable(project: Path, git_remote: str) -> tuple[str, str, str, str]:
     """The commit, the git remote's URL, the DVC remote's URL and the DVC cache, or a ValueError
     naming what keeps the sweep from running elsewhere exactly as it would here."""
@@ -114,7 +137,7 @@ def refuse_unsubmittable(project: Path, git_remote: str) -> tuple[str, str, str,
     commit = _git(project, "rev-parse", "HEAD").strip()
     try:
         git_url = _git(project, "remote", "get-url", git_remote).strip()
-    except subprocess.CalledProcessError:
+    except ClusterError:
         raise ValueError(
             f"no git remote {git_remote!r}: the tasks clone the commit from it "
             f"(`git remote add {git_remote} URL`, or --git-remote NAME)"
@@ -229,6 +252,8 @@ def gather(project: Path, sweep: Sweep, records: dict[str, dict], say=print) -> 
     """Every finished experiment of the sweep into this project (``dvc exp pull``): its commit and,
     from the DVC remote, its outputs. Returns the names brought back."""
     done = [name for name, r in records.items() if r["state"] == "done"]
+    if sweep.ladder:
+        return _gather_rungs(project, sweep, done, say)
     for name in done:
         # DVC says "No experiments to pull." even as it brings one: the ref tells.
         pulled = subprocess.run(
@@ -244,6 +269,20 @@ def gather(project: Path, sweep: Sweep, records: dict[str, dict], say=print) -> 
     return done
 
 
+def _gather_rungs(project: Path, sweep: Sweep, done: list[str], say) -> list[str]:
+    """Each finished rung into this workspace and ladder/dvc.lock, restored from DVC's run cache (the
+    task's rung is the same stage, deps and params, so DVC finds its output by their hashes), not
+    trained again. Its run cache comes from the DVC remote (--pull) unless the cache is shared."""
+    for name in done:
+        (target,) = sweep.experiments[name]
+        out = _dvc(project, "repro", "--pull", "--single-item", target)
+        if "is cached" not in out:
+            raise ClusterError(f"{target} was not in DVC's run cache, and ran here: {out.strip()[-300:]}")
+        say(f"{name}: restored from the run cache ({target})")
+    say("`make ladder` (dvc repro ladder/dvc.yaml) fits the ladder; a rung not here trains first")
+    return done
+
+
 def submit_sweep(
     project: Path,
     env: str,
@@ -254,6 +293,7 @@ def submit_sweep(
     git_remote: str,
     local: bool,
     wait_for_it: bool,
+    ladder: str | None = None,
     **slurm,
 ) -> int:
     """``python -m lehr cluster submit``: plan, refuse what cannot run elsewhere, submit, and (unless
@@ -263,9 +303,13 @@ def submit_sweep(
             "--local runs the tasks as children of this command: it waits for them (drop --no-wait)"
         )
     id_ = name or sweep_id()
-    experiments = plan(project, env, sets, id_)
+    if ladder and sets:
+        raise ValueError(
+            "--ladder runs the ladder's rungs as committed: -S values belong to a sweep of experiments"
+        )
+    experiments = plan_ladder(project, env, ladder) if ladder else plan(project, env, sets, id_)
     commit, git_url, dvc_url, cache = refuse_unsubmittable(project, git_remote)
-    taken = [line for exp in experiments for line in taken_elsewhere(project, exp)]
+    taken = [] if ladder else [line for exp in experiments for line in taken_elsewhere(project, exp)]
     if taken:
         raise ValueError("\n".join(taken))
     where = (folder / id_).resolve()
@@ -281,12 +325,13 @@ def submit_sweep(
         cache_dir=cache,
         experiments=experiments,
         executor="local" if local else "slurm",
+        ladder=bool(ladder),
         cpus_per_task=slurm["cpus_per_task"],
         env={k: v for k, v in os.environ.items() if k.startswith("LEHR_")},
     )
     sweep, jobs = submit(project, sweep, **slurm)
     print(
-        f"sweep {id_}: {len(experiments)} experiment(s) of commit {commit[:10]} as "
+        f"sweep {id_}: {len(experiments)} {'rung(s)' if ladder else 'experiment(s)'} of {commit[:10]} as "
         f"{'local jobs' if local else f'SLURM job {sweep.job_id}'}; folder {where}"
     )
     for exp, values in experiments.items():
@@ -306,7 +351,9 @@ def gather_later(project: Path, folder: Path) -> int:
 def _gathered(project: Path, sweep: Sweep, records: dict[str, dict]) -> int:
     done = gather(project, sweep, records)
     failed = [f"{n} ({r['state']}: {r.get('error')})" for n, r in records.items() if r["state"] != "done"]
-    print(f"{len(done)} of {len(records)} experiment(s) here: `python -m lehr experiments` compares them")
+    what = "rung(s)" if sweep.ladder else "experiment(s)"
+    then = "`make ladder` fits them" if sweep.ladder else "`python -m lehr experiments` compares them"
+    print(f"{len(done)} of {len(records)} {what} here: {then}")
     if failed:
         print(f"lehr: error: not gathered: {'; '.join(failed)}", file=sys.stderr)
         return 1
@@ -319,30 +366,45 @@ class SweepTask(submitit.helpers.Checkpointable):
     the task (its default ``checkpoint``), and the requeued task resumes in the same clone."""
 
     def __call__(self, folder: str, name: str) -> dict | None:
+        _note_stop_signals()
         sweep = Sweep.read(Path(folder))
         started = time.time()
         clone = Path(folder) / "clones" / name
         log = _say_to(Path(folder) / "logs" / f"{name}.txt")
         try:
             _clone(sweep, clone, log)
-            if not _has_experiment(clone, sweep.commit, name):
-                _experiment(sweep, clone, name, log)
-            pushed = _step([*DVC, "exp", "push", "origin", name], clone)
-            if "diverged" in pushed:  # DVC pushes nothing then, and exits 0
-                raise TaskFailed(f"the git remote holds another experiment named {name}: {pushed.strip()}")
-            sha = _git(clone, "rev-parse", f"refs/exps/{sweep.commit[:2]}/{sweep.commit[2:]}/{name}").strip()
-            record = {"name": name, "state": "done", "experiment": sha}
+            if sweep.ladder:
+                record = _rung(sweep, clone, name, log)
+            else:
+                record = _experiment(sweep, clone, name, log)
         except StoppedBySignal as e:
             # SLURM's requeue or scancel: the stage saved its checkpoint. No record, so the gatherer
             # waits for the requeued try (or, cancelled, reports the task gone).
             log(str(e))
             return None
-        except TaskFailed as e:
+        except (TaskFailed, ClusterError) as e:
             record = {"name": name, "state": "failed", "error": str(e)}
         record |= {"host": socket.gethostname(), "seconds": round(time.time() - started, 1)}
         write_text_atomic(Path(folder) / "records" / f"{name}.json", json.dumps(record) + "\n")
         log(f"{record['state']}: {record.get('error') or record.get('experiment')}")
         return record
+
+
+STOPS_RECEIVED: list[int] = []  # SIGTERM/SIGINT this task received: SLURM requeues or cancels it
+
+
+def _note_stop_signals() -> None:
+    """Note a stop signal before submitit's handler sees it (it logs and ignores SIGTERM): SLURM
+    sends it to every process of the job at once, so a step that then fails was stopped, not wrong."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def note(signum, frame, previous=previous):
+            STOPS_RECEIVED.append(signum)
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, note)
 
 
 class TaskFailed(Exception):
@@ -353,17 +415,37 @@ class StoppedBySignal(Exception):
     """A step ended by SIGTERM or SIGINT, as SLURM stops a job it requeues or cancels."""
 
 
-def _experiment(sweep: Sweep, clone: Path, name: str, log) -> None:
-    """``lehr exp`` of the experiment in the task's clone: a requeued try resumes the training the
-    last one checkpointed (its run folder is in the clone)."""
-    # The stages' own commands (kedro, in dvc.yaml) from this environment too.
+def _experiment(sweep: Sweep, clone: Path, name: str, log) -> dict:
+    """``lehr exp`` of the experiment in the task's clone (a requeued try resumes the training the
+    last one checkpointed: its run folder is in the clone), pushed to the git and DVC remotes."""
+    if not _has_experiment(clone, sweep.commit, name):
+        cmd = [sys.executable, "-m", "lehr", "exp", "-n", name]
+        for value in sweep.experiments[name]:
+            cmd += ["-S", value]
+        log(f"{' '.join(cmd)} (SLURM restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
+        _step(cmd, clone, _stage_env(sweep), capture=False)
+    pushed = _step([*DVC, "exp", "push", "origin", name], clone)
+    if "diverged" in pushed:  # DVC pushes nothing then, and exits 0
+        raise TaskFailed(f"the git remote holds another experiment named {name}: {pushed.strip()}")
+    sha = _git(clone, "rev-parse", f"refs/exps/{sweep.commit[:2]}/{sweep.commit[2:]}/{name}").strip()
+    return {"name": name, "state": "done", "experiment": sha}
+
+
+def _rung(sweep: Sweep, clone: Path, name: str, log) -> dict:
+    """The rung's DVC stage in the task's clone (a requeued try resumes from the rung's rolling
+    checkpoints there), its output and run-cache entry pushed to the DVC remote."""
+    (target,) = sweep.experiments[name]
+    log(f"dvc repro {target} (SLURM restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
+    _step([*DVC, "repro", target], clone, _stage_env(sweep), capture=False)
+    _step([*DVC, "push", "--run-cache", target], clone)
+    return {"name": name, "state": "done", "experiment": target}
+
+
+def _stage_env(sweep: Sweep) -> dict[str, str]:
+    """The environment of a task's stages: the sweep's LEHR_* settings, the task's share of the
+    node, and this environment's commands (kedro, which dvc.yaml's stages call) on the PATH."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, **sweep.env, **_share_env(sweep), "PATH": path}
-    cmd = [sys.executable, "-m", "lehr", "exp", "-n", name]
-    for value in sweep.experiments[name]:
-        cmd += ["-S", value]
-    log(f"{' '.join(cmd)} (SLURM restart {os.environ.get('SLURM_RESTART_COUNT', '0')})")
-    _step(cmd, clone, env, capture=False)
+    return {**os.environ, **sweep.env, **_share_env(sweep), "PATH": path}
 
 
 def _clone(sweep: Sweep, clone: Path, log) -> None:
@@ -406,12 +488,13 @@ def _share_env(sweep: Sweep) -> dict[str, str]:
 
 def _step(cmd: list[str], cwd: Path, env: dict | None = None, capture: bool = True) -> str:
     """Run one step of a task; its output goes to the task's SLURM log (and is returned when
-    captured). A failure raises TaskFailed, a stop by signal StoppedBySignal."""
+    captured). A failure raises TaskFailed; a step that ends after the task got SIGTERM or SIGINT
+    raises StoppedBySignal."""
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=capture, text=True)
     said = (done.stdout or "") + (done.stderr or "")
     if capture:
         print(said, end="", flush=True)
-    if done.returncode in (-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT):
+    if done.returncode != 0 and STOPS_RECEIVED:
         raise StoppedBySignal(
             f"{' '.join(cmd[:6])} stopped by a signal (SLURM's requeue or scancel): no record; "
             "a requeued try goes on from the checkpoint"
@@ -433,11 +516,21 @@ def _say_to(path: Path):
 
 
 def _git(project: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=project, capture_output=True, text=True, check=True).stdout
+    return _answer(["git", *args], project)
 
 
 def _dvc(project: Path, *args: str) -> str:
-    return subprocess.run([*DVC, *args], cwd=project, capture_output=True, text=True, check=True).stdout
+    return _answer([*DVC, *args], project)
+
+
+def _answer(cmd: list[str], cwd: Path) -> str:
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        said = " ".join((done.stderr or done.stdout).split())[-500:]
+        raise ClusterError(
+            f"{' '.join(cmd[2:] if cmd[0] == sys.executable else cmd)} (in {cwd}) failed: {said}"
+        )
+    return done.stdout
 
 
 def _absolute_url(base: Path, url: str) -> str:
