@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from lehr.project import cluster
+from lehr.project.cluster_task import Sweep, share_env
 from tests import ROOT, faults
 from tests.e2e import sh, team
 
@@ -88,15 +90,15 @@ def test_a_sweep_is_every_combination_of_its_values_and_refuses_a_bad_one():
 
 
 def test_a_task_on_part_of_an_unbound_node_declares_the_node_shared(monkeypatch):
-    sweep = cluster.Sweep(
+    sweep = Sweep(
         id="s", folder="/x", commit="c", git_remote="origin", git_url="/g", dvc_remote_url="/d",
-        cache_dir="/c", experiments={}, executor="slurm", cpus_per_task=1,
+        cache_dir="/c", tasks={}, executor="slurm", cpus_per_task=1,
     )  # fmt: skip
     cores = len(os.sched_getaffinity(0))
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-    assert cluster._share_env(sweep) == ({"LEHR_JOBS": str(cores)} if cores > 1 else {})
+    assert share_env(sweep) == ({"LEHR_JOBS": str(cores)} if cores > 1 else {})
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", str(cores))  # the whole node: nothing to declare
-    assert cluster._share_env(sweep) == {}
+    assert share_env(sweep) == {}
 
 
 # -- through a real SLURM and submitit's local executor (make integration) -----------------------
@@ -143,9 +145,15 @@ def test_a_sweep_runs_as_a_slurm_job_array_and_comes_back(smoke_repo, tmp_path, 
     assert all((tmp_path / "shared/sw/clones" / n / ".git").is_dir() for n in ("sw-1", "sw-2"))
 
 
+# SLURM's own requeue (SIGTERM to every process of the job), and submitit's signal before the time
+# limit (USR2 to the job's steps: what `--signal=USR2@90` sends, as submitit's own tests send it).
+REQUEUES = {"scontrol requeue": ["scontrol", "requeue"], "time limit": ["scancel", "--signal=USR2"]}
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-def test_a_task_requeued_mid_training_resumes_from_its_checkpoint(smoke_repo, tmp_path, slurm):
+@pytest.mark.parametrize("how", REQUEUES)
+def test_a_task_requeued_mid_training_resumes_from_its_checkpoint(how, smoke_repo, tmp_path, slurm):
     a, _ = team(smoke_repo, tmp_path)
     # A new stable phase (warmup 7), with slow checkpoint writes: time to requeue it part way.
     out = sh(
@@ -158,17 +166,22 @@ def test_a_task_requeued_mid_training_resumes_from_its_checkpoint(smoke_repo, tm
     (task,) = json.loads((folder / "sweep.json").read_text())["task_ids"]  # one task: a plain job
     runs = folder / "clones/rq-1/data/06_models/stable_run"
     deadline = time.time() + 300
-    while not list(runs.glob("*/checkpoints/step_*")):
+    while not (saved := list(runs.glob("*/checkpoints/step_*"))):
         assert time.time() < deadline, (folder / "logs/rq-1.txt").read_text()
         time.sleep(0.5)
-    sh(a, "scontrol", "requeue", task, extra_env=slurm)
+    sh(a, *REQUEUES[how], task, extra_env=slurm)
+    run_folder = saved[0].parent.parent.name
 
     gathered = sh(a, "python", "-m", "lehr", "cluster", "gather", str(folder), extra_env=slurm, timeout=900)
     assert "1 of 1 experiment(s) here" in gathered.stdout, gathered.stdout
     log = (folder / "logs/rq-1.txt").read_text()
-    assert "(SLURM restart 0)" in log and "(SLURM restart 1)" in log and "stopped by a signal" in log, log
+    assert "SLURM restart 0" in log and "SLURM restart 1" in log, log
     slurm_log = "".join((folder / f"logs/{task}_0_log.{kind}").read_text() for kind in ("out", "err"))
-    assert "resumed from checkpoint data/06_models/stable_run/" in slurm_log, slurm_log[-3000:]
+    stopped = re.search(r"stopped by SIGTERM at step (\d+); checkpoint saved", slurm_log)
+    assert stopped, slurm_log[-3000:]
+    step = int(stopped.group(1))
+    resumed = f"resumed from checkpoint data/06_models/stable_run/{run_folder}/checkpoints/"
+    assert f"{resumed}step_{step:08d}" in slurm_log, slurm_log[-3000:]
     assert "rq-1" in experiments_table(a)
 
 

@@ -188,28 +188,45 @@ def name_arg(argv: list[str]) -> str | None:
     return None
 
 
-def taken_elsewhere(project: Path, name: str | None) -> list[str]:
-    """An experiment of this name on this baseline that a git remote already holds (another machine
-    pushed it). Two machines' experiments of one name would be one ref: ``dvc exp push`` of the
-    second says it "has diverged" and pushes nothing, yet exits 0."""
-    if not name:
+def taken_elsewhere(project: Path, names: list[str]) -> list[str]:
+    """Experiments of these names on this baseline that a git remote already holds (another machine
+    pushed them). Two machines' experiments of one name would be one ref: ``dvc exp push`` of the
+    second says it "has diverged" and pushes nothing, yet exits 0. One question per remote, asked
+    without a prompt (a remote that wants a password or does not answer is said so, and skipped)."""
+    if not names:
         return []
     try:
         head = git(project, "rev-parse", "HEAD").strip()
         remotes = git(project, "remote").split()
     except subprocess.CalledProcessError:
         return []
-    ref = f"refs/exps/{head[:2]}/{head[2:]}/{name}"
+    prefix = f"refs/exps/{head[:2]}/{head[2:]}/"
+    quiet = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
     taken = []
     for remote in remotes:
-        out = subprocess.run(
-            ["git", "ls-remote", remote, ref], cwd=project, capture_output=True, text=True, timeout=60
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            taken.append(
-                f"experiment name {name!r} is taken on git remote {remote!r} (pushed from another clone): "
-                f"choose another -n, or `dvc exp pull {remote} {name}` to have that one here"
+        try:
+            out = subprocess.run(
+                ["git", "ls-remote", remote, f"{prefix}*"],
+                cwd=project,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                env=quiet,
+                timeout=60,
             )
+        except subprocess.TimeoutExpired:
+            print(
+                f"lehr: note: git remote {remote!r} did not answer in 60 s: its names are unchecked",
+                file=sys.stderr,
+            )
+            continue
+        held = {line.split("\t")[1][len(prefix) :] for line in out.stdout.splitlines() if "\t" in line}
+        taken += [
+            f"experiment name {name!r} is taken on git remote {remote!r} (pushed from another clone): "
+            f"choose another -n, or `dvc exp pull {remote} {name}` to have that one here"
+            for name in names
+            if name in held
+        ]
     return taken
 
 
@@ -298,7 +315,8 @@ def run(project: Path, env: str, argv: list[str]) -> int:
             "and a workspace experiment checks the recorded version out first: record them (`dvc commit` "
             "and a git commit), or run the experiment with --queue or --temp"
         )
-    problems += taken_elsewhere(project, name_arg(argv))
+    name = name_arg(argv)
+    problems += taken_elsewhere(project, [name] if name else [])
     if problems:
         for p in problems:
             print(f"lehr: error: {p}", file=sys.stderr)
@@ -318,11 +336,11 @@ def run(project: Path, env: str, argv: list[str]) -> int:
         )
         return checkout.returncode
     if in_workspace and rc == 0:
-        name = argv[argv.index("-n") + 1] if "-n" in argv[:-1] else "NAME"
         print(
             "lehr: the workspace is back as it was (params, dvc.lock, reports, models), so the next "
-            f"experiment starts from the same baseline. `python -m lehr experiments` compares them; "
-            f"`dvc exp apply {name}` brings this one's params, models and branch back into the workspace"
+            "experiment starts from the same baseline. `python -m lehr experiments` compares them; "
+            f"`dvc exp apply {name or 'NAME'}` brings this one's params, models and branch back into the "
+            "workspace"
         )
     return rc
 

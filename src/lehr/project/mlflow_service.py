@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ def server(root: Path, host: str, port: int) -> int:
             file=sys.stderr,
             flush=True,
         )
-    url = f"http://{host}:{port}"
+    # Clients elsewhere reach a server bound to every interface by this machine's name.
+    url = f"http://{socket.getfqdn() if host in ('0.0.0.0', '::') else host}:{port}"
     return _serve(
         cmd,
         host,
