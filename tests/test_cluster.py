@@ -210,6 +210,8 @@ def test_the_ladders_rungs_run_as_an_array_and_come_back_through_the_run_cache(s
     for d in (1, 2):
         assert f"rung-{d}: restored from the run cache (ladder/dvc.yaml:ladder_rung@{d})" in out.stdout
         assert (a / f"data/07_model_output/ladder/rung-{d}.json").is_file()
-    # The ladder's own stages here find both rungs done: nothing trains again.
+    # Gathered again, both are here already; the ladder's own stages find them done: nothing trains.
+    again = sh(a, "python", "-m", "lehr", "cluster", "gather", str(tmp_path / "shared/lad"), extra_env=slurm)
+    assert "rung-1: here already" in again.stdout and "2 of 2 rung(s) here" in again.stdout, again.stdout
     repro = sh(a, "dvc", "repro", "ladder/dvc.yaml:ladder_rung@1", "ladder/dvc.yaml:ladder_rung@2")
     assert "Running stage" not in repro.stdout, repro.stdout

@@ -131,6 +131,11 @@ def test_two_clones_share_data_and_experiments_through_the_remotes_and_one_mlflo
     )
     assert taken.returncode == 2
     assert "experiment name 'exp-a' is taken on git remote 'origin'" in taken.stderr, taken.stderr
+    # Why: DVC's own push of a name the remote holds pushes nothing, exits 0, and says "diverged"
+    # (the word lehr's cluster tasks look for).
+    sh(b, "dvc", "exp", "run", "-n", "exp-a", "-S", f"{ANNEAL}.decay_ratio=0.5")
+    diverged = sh(b, "dvc", "exp", "push", "origin", "exp-a")
+    assert "diverged" in diverged.stdout + diverged.stderr, diverged
 
     # In the sandbox (A), DVC's commands exit 0 once everything they need is there.
     sh(a, "dvc", "pull")

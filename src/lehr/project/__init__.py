@@ -1,3 +1,4 @@
 """The project around the pipeline, as an operator works it: which parameters DVC tracks,
-compared experiments, the rolling run folders (listed and pruned), throwaway sandboxes and
-MLflow's UI. Its paths and profile are ``lehr.paths``."""
+compared experiments, the rolling run folders (listed and pruned), queues of experiments on one
+machine, sweeps on a SLURM cluster, throwaway sandboxes, and MLflow's UI and team server. Its paths
+and profile are ``lehr.paths``."""

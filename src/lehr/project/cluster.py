@@ -56,6 +56,10 @@ def plan_ladder(project: Path, env: str, rungs: str) -> dict[str, list[str]]:
 
     from lehr.project.experiments import problems_of
 
+    if not (project / "ladder/dvc.yaml").is_file():
+        raise ValueError(
+            f"{project} has no ladder stages (ladder/dvc.yaml): a sandbox has them when made with --ladder"
+        )
     problems = problems_of(project, env)
     if problems:
         raise ValueError("\n".join(problems))
