@@ -101,6 +101,23 @@ def test_a_task_on_part_of_an_unbound_node_declares_the_node_shared(monkeypatch)
     assert share_env(sweep) == {}
 
 
+def test_slurms_options_reach_sbatch(tmp_path):
+    """Partition, account, time, GPUs and cores per task, and at most K tasks at once, as the job
+    script submitit writes for sbatch has them (the test cluster has no GPUs to run them on)."""
+    sweep = Sweep(
+        id="sw", folder=str(tmp_path), commit="c", git_remote="origin", git_url="/g", dvc_remote_url="/d",
+        cache_dir="/c", tasks={}, executor="slurm",
+    )  # fmt: skip
+    executor = cluster.executor_for(
+        sweep, partition="gpu", account="lab", time_min=240, gpus_per_task=2, cpus_per_task=8, at_once=3
+    )
+    script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "u")
+    for line in ("--partition=gpu", "--account=lab", "--time=240", "--gpus-per-task=2", "--cpus-per-task=8",
+                 "--requeue", "--signal=USR2@90", "--job-name=lehr-sw"):  # fmt: skip
+        assert f"#SBATCH {line}\n" in script, script
+    assert executor._executor.parameters["array_parallelism"] == 3  # sbatch --array=0-N%3
+
+
 # -- through a real SLURM and submitit's local executor (make integration) -----------------------
 @pytest.fixture
 def slurm() -> dict[str, str]:

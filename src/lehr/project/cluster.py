@@ -119,8 +119,7 @@ def default_dvc_remote(project: Path) -> str:
     return _absolute_url(project / ".dvc", url)
 
 
-def submit(
-    project: Path,
+def executor_for(
     sweep: Sweep,
     *,
     partition: str | None,
@@ -129,12 +128,9 @@ def submit(
     gpus_per_task: int,
     cpus_per_task: int,
     at_once: int,
-) -> tuple[Sweep, list]:
-    """Every experiment of ``sweep`` as one task of a job array, at most ``at_once`` running; the
-    sweep as submitted (its job id) and submitit's jobs."""
-    folder = Path(sweep.folder)
-    (folder / "records").mkdir(parents=True, exist_ok=True)
-    executor = submitit.AutoExecutor(folder=folder / "logs", cluster=sweep.executor)
+) -> submitit.AutoExecutor:
+    """submitit's executor for the sweep's tasks: SLURM's options as sbatch takes them."""
+    executor = submitit.AutoExecutor(folder=Path(sweep.folder) / "logs", cluster=sweep.executor)
     params: dict = {"timeout_min": time_min, "cpus_per_task": cpus_per_task, "name": f"lehr-{sweep.id}"}
     if sweep.executor == "slurm":
         params |= {
@@ -145,6 +141,15 @@ def submit(
             **({"slurm_gpus_per_task": gpus_per_task} if gpus_per_task else {}),
         }
     executor.update_parameters(**params)
+    return executor
+
+
+def submit(project: Path, sweep: Sweep, **slurm) -> tuple[Sweep, list]:
+    """Every task of ``sweep`` as one task of a job array (``slurm``: executor_for's options); the
+    sweep as submitted (its job id) and submitit's jobs."""
+    folder = Path(sweep.folder)
+    (folder / "records").mkdir(parents=True, exist_ok=True)
+    executor = executor_for(sweep, **slurm)
     sweep.write()  # the tasks read it: before the first can start
     try:
         names = list(sweep.tasks)
