@@ -108,7 +108,7 @@ mlflow-ui: setup
 	$(BIN)/python -m lehr mlflow-ui
 
 # One tracking server for a team (docs/team.md): runs in mlflow-server/mlflow.db, artifacts in
-# mlflow-server/artifacts, on 127.0.0.1:5000 unless told, e.g. make mlflow-server HOST=0.0.0.0 PORT=5001.
+# mlflow-server/artifacts, on 127.0.0.1:5000 unless told: make mlflow-server HOST=<address> PORT=<port>.
 HOST ?= 127.0.0.1
 PORT ?= 5000
 mlflow-server: setup

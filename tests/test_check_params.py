@@ -31,7 +31,7 @@ def test_check_passes_the_shipped_profiles_and_names_a_bad_value(conf, capsys):
 
 
 def test_check_reads_the_ladder_section_too(conf, capsys):
-    path = conf / "base" / "parameters_ladder.yml"
+    path = conf / "smoke" / "parameters_ladder.yml"  # the profile's own ladder overrules conf/base's
     path.write_text(path.read_text().replace("  decay_ratio: ", "  decay_ratio: 1.5 # ", 1))
     assert main(["check", "--env", "smoke"]) == 2
     assert "ladder.decay_ratio = 1.5 must lie in (0, 1]" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import shutil
 import pytest
 import yaml
 
+from tests import ROOT
 from tests.e2e import ARTIFACTS, dir_hash, lock_hash, sh, stages_run
 
 pytestmark = pytest.mark.slow
@@ -100,6 +101,8 @@ def test_dvc_and_kedro_read_the_same_parameters_under_every_profile(repo):
     from kedro.config import OmegaConfigLoader
 
     (repo / "conf/local/parameters_anneal.yml").write_text("anneal: {shape: cosine, bogus_key: 1}\n")
+    (repo / "ladder").mkdir()  # the ladder's stages too (a sandbox has them with --ladder): their params
+    shutil.copy2(ROOT / "ladder/dvc.yaml", repo / "ladder/dvc.yaml")
     for profile in ("smoke", "gpu", "local"):
         (repo / "conf/profile.yaml").write_text(f"profile: {profile}\n")
         with Repo(str(repo)) as dvc:

@@ -41,13 +41,20 @@ def server(root: Path, host: str, port: int) -> int:
             flush=True,
         )
     # Clients elsewhere reach a server bound to every interface by this machine's name.
-    url = f"http://{socket.getfqdn() if host in ('0.0.0.0', '::') else host}:{port}"
+    url = f"http://{socket.getfqdn() if _unspecified(host) else host}:{port}"
     return _serve(
         cmd,
         host,
         port,
         f"MLflow server on {url} (runs and artifacts in {root}); clients: export MLFLOW_TRACKING_URI={url}",
     )
+
+
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def _loopback(host: str) -> bool:
