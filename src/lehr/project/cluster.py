@@ -203,6 +203,8 @@ def _live_tasks(sweep: Sweep, jobs: list | None) -> dict[int, str]:
     """Task index -> its state, for the tasks still queued or running."""
     if jobs is not None:  # this process submitted them (the local executor always waits here)
         return {i: job.state.lower() for i, job in enumerate(jobs) if not job.done()}
+    if sweep.executor == "local":  # its tasks were children of the submit, which waited for them
+        return {}
     cmd = ["squeue", "--noheader", "--array", "--jobs", sweep.job_id, "--format", "%i %T"]
     for attempt in range(SQUEUE_TRIES):
         try:
