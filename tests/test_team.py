@@ -130,7 +130,11 @@ def test_two_clones_share_data_and_experiments_through_the_remotes_and_one_mlflo
         b, "python", "-m", "lehr", "exp", "-n", "exp-a", "-S", f"{ANNEAL}.decay_ratio=0.5", check=False
     )
     assert taken.returncode == 2
-    assert "experiment name 'exp-a' is taken on git remote 'origin'" in taken.stderr, taken.stderr
+    assert "experiment name 'exp-a' is taken on git remote 'origin' (pushed from another" in taken.stderr
+    pulled = sh(
+        a, "python", "-m", "lehr", "exp", "-n", "exp-b", "-S", f"{ANNEAL}.decay_ratio=0.5", check=False
+    )
+    assert "'exp-b' is taken on git remote 'origin' and here (pulled from it)" in pulled.stderr, pulled.stderr
     # Why: DVC's own push of a name the remote holds pushes nothing, exits 0, and says "diverged"
     # (the word lehr's cluster tasks look for).
     sh(b, "dvc", "exp", "run", "-n", "exp-a", "-S", f"{ANNEAL}.decay_ratio=0.5")

@@ -449,7 +449,7 @@ def _mlflow_ui(args: argparse.Namespace) -> int:
 def _mlflow_server(args: argparse.Namespace) -> int:
     from lehr.project.mlflow_service import server
 
-    return server(Path(args.root), args.host, args.port)
+    return server(Path(args.root), args.host, args.port, args.allowed_hosts)
 
 
 def _sandbox(args: argparse.Namespace) -> int:
@@ -746,6 +746,11 @@ def _mlflow_server_args(p: argparse.ArgumentParser) -> None:
         "--root", default="mlflow-server", help="the server's own folder: runs (mlflow.db) and artifacts"
     )
     _bind_args(p)
+    p.add_argument(
+        "--allowed-hosts",
+        help="the names clients may call the server by (MLflow's --allowed-hosts; default beyond "
+        "127.0.0.1: this machine's names and addresses)",
+    )
 
 
 def _bind_args(p: argparse.ArgumentParser) -> None:

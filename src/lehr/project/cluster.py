@@ -360,7 +360,7 @@ def _warn_of_untracked_tasks() -> None:
     if not uri or not host:
         why = "MLFLOW_TRACKING_URI is not set: each task's clone keeps its own mlflow.db"
     elif host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback):
-        why = f"MLFLOW_TRACKING_URI={uri} is each node's own loopback: the tasks will not reach it"
+        why = f"MLFLOW_TRACKING_URI={uri} is a loopback address: tasks on other nodes will not reach it"
     else:
         return
     print(f"note: {why}; point it at the team's server by its host name (docs/team.md)", file=sys.stderr)

@@ -221,12 +221,15 @@ def taken_elsewhere(project: Path, names: list[str]) -> list[str]:
             )
             continue
         held = {line.split("\t")[1][len(prefix) :] for line in out.stdout.splitlines() if "\t" in line}
-        taken += [
-            f"experiment name {name!r} is taken on git remote {remote!r} (pushed from another clone): "
-            f"choose another -n, or `dvc exp pull {remote} {name}` to have that one here"
-            for name in names
-            if name in held
-        ]
+        for name in (n for n in names if n in held):
+            here = subprocess.run(["git", "show-ref", "--quiet", prefix + name], cwd=project).returncode == 0
+            fix = (
+                "and here (pulled from it): choose another -n"
+                if here
+                else f"(pushed from another clone): choose another -n, or `dvc exp pull {remote} {name}` to "
+                "have that one here"
+            )
+            taken.append(f"experiment name {name!r} is taken on git remote {remote!r} {fix}")
     return taken
 
 

@@ -24,7 +24,7 @@ def ui(store: str, host: str, port: int) -> int:
     return _serve(cmd, host, port, f"MLflow UI on http://{host}:{port} (store {store})")
 
 
-def server(root: Path, host: str, port: int) -> int:
+def server(root: Path, host: str, port: int, allowed_hosts: str | None = None) -> int:
     """A tracking server whose runs live in ``root/mlflow.db`` (sqlite) and whose artifacts live in
     ``root/artifacts``: clients send both over HTTP (the server proxies artifacts), so a clone on
     another machine needs no path of this one's, only ``MLFLOW_TRACKING_URI=http://host:port``."""
@@ -40,14 +40,31 @@ def server(root: Path, host: str, port: int) -> int:
             file=sys.stderr,
             flush=True,
         )
+        # MLflow answers only requests addressed to localhost or a private address unless told
+        # otherwise (its guard against DNS rebinding): clients elsewhere name this machine.
+        cmd += ["--allowed-hosts", allowed_hosts or ",".join(_names_of_this_machine(host, port))]
     # Clients elsewhere reach a server bound to every interface by this machine's name.
-    url = f"http://{socket.getfqdn() if _unspecified(host) else host}:{port}"
+    url = f"http://{socket.gethostname() if _unspecified(host) else host}:{port}"
     return _serve(
         cmd,
         host,
         port,
         f"MLflow server on {url} (runs and artifacts in {root}); clients: export MLFLOW_TRACKING_URI={url}",
     )
+
+
+def _names_of_this_machine(host: str, port: int) -> list[str]:
+    """What clients may call this server in their requests' Host header: this machine's names and
+    addresses (the one bound to, or all of them), each with and without the port."""
+    import psutil  # DVC's dependency, so always there
+
+    names = {"localhost", socket.gethostname(), socket.getfqdn()}
+    names.update(
+        a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET
+    )
+    if not _unspecified(host):
+        names.add(host)
+    return sorted(f"{n}{p}" for n in names for p in ("", f":{port}"))
 
 
 def _unspecified(host: str) -> bool:
