@@ -20,7 +20,8 @@ from urllib.parse import urlparse
 
 import submitit
 
-from lehr.project.cluster_task import DVC, ClusterError, Sweep, SweepTask, dvc, experiment_ref, git
+from lehr.project.cluster_task import DVC, ClusterError, Sweep, SweepTask, dvc, git
+from lehr.project.experiment_refs import experiment_ref
 from lehr.project.experiments import taken_elsewhere
 
 POLL_S = 5.0

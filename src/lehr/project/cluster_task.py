@@ -30,6 +30,7 @@ import submitit
 
 from lehr.errors import Explained
 from lehr.files.atomic import write_text_atomic
+from lehr.project.experiment_refs import experiment_ref
 
 SWEEP_FILE = "sweep.json"
 DVC = (sys.executable, "-m", "dvc")  # this environment's, on a node with no virtualenv on its PATH
@@ -84,11 +85,6 @@ class Sweep:
 
     def _record_path(self, name: str) -> Path:
         return Path(self.folder) / "records" / f"{name}.json"
-
-
-def experiment_ref(baseline: str, name: str) -> str:
-    """The git ref DVC keeps an experiment of ``baseline`` under."""
-    return f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"
 
 
 class SweepTask(submitit.helpers.Checkpointable):

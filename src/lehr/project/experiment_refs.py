@@ -48,8 +48,13 @@ def show(project: Path, rev: str, path: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+def experiment_ref(baseline: str, name: str = "") -> str:
+    """The git ref DVC keeps experiment ``name`` of ``baseline`` under (without a name: their prefix)."""
+    return f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"
+
+
 def experiments_of(project: Path, baseline: str) -> list[tuple[str, str]]:
     """(name, commit) of every experiment DVC saved on ``baseline``, oldest first."""
-    prefix = f"refs/exps/{baseline[:2]}/{baseline[2:]}/"
+    prefix = experiment_ref(baseline)
     refs = git(project, "for-each-ref", "--sort=committerdate", "--format=%(refname) %(objectname)", prefix)
     return [(ref[len(prefix) :], sha) for ref, sha in (line.split() for line in refs.splitlines())]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from lehr.project.experiment_refs import experiments_of, git, show
+from lehr.project.experiment_refs import experiment_ref, experiments_of, git, show
 
 REPORTS = Path("data/08_reporting")
 
@@ -200,7 +200,7 @@ def taken_elsewhere(project: Path, names: list[str]) -> list[str]:
         remotes = git(project, "remote").split()
     except subprocess.CalledProcessError:
         return []
-    prefix = f"refs/exps/{head[:2]}/{head[2:]}/"
+    prefix = experiment_ref(head)
     quiet = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
     taken = []
     for remote in remotes:
