@@ -156,6 +156,22 @@ def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo, tmp_path):
     assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
 
 
+def test_a_tracking_store_that_cannot_grow_is_one_warning_and_the_stage_finishes(repo):
+    """A real file-size limit (`prlimit --fsize`: EFBIG, as a full disk gives ENOSPC) at the store's
+    own size: MLflow's sqlite store logged ~40 lines of SQLAlchemy traceback before lehr's warning,
+    whose reason was SQLAlchemy's advice on autoflush."""
+    store = repo / "mlflow.db"
+    out = sh(
+        repo, "prlimit", f"--fsize={store.stat().st_size}", "kedro", "run", "--pipelines", "evaluate",
+        "--env", "smoke", extra_env={"LEHR_MLFLOW": "1"}, timeout=600,
+    )  # fmt: skip
+    said = out.stdout + out.stderr
+    assert "Traceback" not in said and "SQLAlchemy" not in said, said[-3000:]
+    (line,) = [row for row in said.splitlines() if "MLflow tracking at" in row]
+    assert "(the disk that holds the store is full, or a file-size limit was reached)" in line, line
+    assert "evaluate: done" in said
+
+
 def test_a_tracking_server_that_does_not_answer_costs_seconds_and_a_warning(repo):
     """A socket that accepts connections and never answers: MLflow's client alone waited minutes."""
     import socket

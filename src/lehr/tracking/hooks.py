@@ -79,7 +79,7 @@ class MlflowTracking:
                 self._start(uri, run_params, catalog)
                 return
         except Exception as e:
-            reason = str(e).splitlines()[0][:300]
+            reason = step_forwarder.why(e)
         # Tracking never costs a run: the stage goes on, and says how to fix or silence this.
         log.warning(
             "MLflow tracking at %s is not available (%s): this run goes on without MLflow (its metrics "
@@ -93,6 +93,7 @@ class MlflowTracking:
 
     def _start(self, uri: str, run_params: dict, catalog) -> None:
         step_forwarder.quick_failures()
+        step_forwarder.quiet_store_errors()
         import mlflow
         from mlflow.entities import SourceType
         from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
@@ -157,7 +158,7 @@ class MlflowTracking:
         try:
             self._finish(pipeline, catalog)
         except Exception as e:  # the stage's outputs are written: a tracking failure must not fail it
-            log.warning("MLflow: could not record the end of this run (%s)", str(e).splitlines()[0][:300])
+            log.warning("MLflow: could not record the end of this run (%s)", step_forwarder.why(e))
             self._end_quietly("FINISHED")
 
     def _finish(self, pipeline, catalog) -> None:
@@ -188,7 +189,7 @@ class MlflowTracking:
         try:
             mlflow.set_tag("lehr.error", str(error)[:5000])
         except Exception as e:
-            log.warning("MLflow: could not record the error (%s)", str(e).splitlines()[0][:300])
+            log.warning("MLflow: could not record the error (%s)", step_forwarder.why(e))
         self._end_quietly("FAILED")
 
     def _end_quietly(self, status: str) -> None:

@@ -24,6 +24,32 @@ MAX_ATTEMPTS_TAGGED = 100  # run ids in lehr.earlier_attempts, the newest (withi
 log = logging.getLogger(__name__)
 
 
+def quiet_store_errors() -> None:
+    """MLflow's sqlite store logs every database error with its whole traceback (~40 lines for a
+    full disk) before raising it; lehr catches each such error and says it in one line."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def why(error: BaseException) -> str:
+    """A tracking failure in a few words: the database's own message (SQLAlchemy's first line is
+    often its advice on autoflush), or a full disk or file-size limit named as such."""
+    import errno
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EFBIG):
+            where = seen.filename or "the store"
+            return f"{os.strerror(seen.errno)}: {where}: free space there, or track elsewhere"
+        orig = getattr(seen, "orig", None)  # the database driver's error, under SQLAlchemy's
+        if orig is not None:
+            said = str(orig).splitlines()[0][:200]
+            if "disk is full" in said or "disk I/O error" in said:
+                said += " (the disk that holds the store is full, or a file-size limit was reached)"
+            return said
+        seen = seen.__cause__ or seen.__context__
+    return str(error).splitlines()[0][:200]
+
+
 def quick_failures() -> None:
     """MLflow's HTTP client retries for minutes by default (a stage waited 251 s on a server that did
     not answer); lehr's tracking must fail in seconds. A user's own settings win."""
@@ -66,7 +92,7 @@ def mark_attempt(run_dir: str, share: dict[str, str] | None = None) -> None:
     try:
         _mark(mlflow, run, run_dir, share or {})
     except Exception as e:  # tracking never costs a run
-        log.warning("MLflow: could not tag this attempt (%s); training goes on", str(e).splitlines()[0][:200])
+        log.warning("MLflow: could not tag this attempt (%s); training goes on", why(e))
 
 
 def tag_share(share: dict[str, str]) -> None:
@@ -79,7 +105,7 @@ def tag_share(share: dict[str, str]) -> None:
         if mlflow.active_run() is not None:
             mlflow.set_tags({f"lehr.{k}": v for k, v in share.items()})
     except Exception as e:  # tracking never costs a run
-        log.warning("MLflow: could not tag the share (%s)", str(e).splitlines()[0][:200])
+        log.warning("MLflow: could not tag the share (%s)", why(e))
 
 
 def folder_identity(run_dir: str) -> str:
@@ -146,6 +172,7 @@ class Forwarder:
     go when the store answers again; what cannot go is dropped with a warning, never an error."""
 
     def __init__(self, client, run_id: str):
+        quiet_store_errors()
         self.client, self.run_id = client, run_id
         self.inbox: queue.Queue = queue.Queue()
         self.pending: list = []
@@ -190,7 +217,7 @@ class Forwarder:
                 if self.failures in (1, 10) or self.failures % 100 == 0:
                     log.warning(
                         "MLflow: could not log metrics (%s); %d held, training goes on",
-                        str(e).splitlines()[0][:200],
+                        why(e),
                         len(self.pending),
                     )
                 return False
