@@ -156,11 +156,17 @@ def test_dvc_repro_of_a_stage_kedro_is_training_is_refused(repo, tmp_path):
     assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
 
 
-def test_a_tracking_store_that_cannot_grow_is_one_warning_and_the_stage_finishes(repo):
+def test_a_tracking_store_that_cannot_grow_is_one_warning_and_the_stage_finishes(smoke_repo, tmp_path):
     """A real file-size limit (`prlimit --fsize`: EFBIG, as a full disk gives ENOSPC) at the store's
     own size: MLflow's sqlite store logged ~40 lines of SQLAlchemy traceback before lehr's warning,
     whose reason was SQLAlchemy's advice on autoflush."""
+    import sqlite3
+
+    repo = tmp_path / "repo"  # its own copy: the module's repo has runs of the tests before it
+    shutil.copytree(smoke_repo, repo, symlinks=True)
     store = repo / "mlflow.db"
+    with sqlite3.connect(store) as db:  # no free pages left: a new run must grow the file
+        db.execute("VACUUM")
     out = sh(
         repo, "prlimit", f"--fsize={store.stat().st_size}", "kedro", "run", "--pipelines", "shard",
         "--env", "smoke", extra_env={"LEHR_MLFLOW": "1"}, timeout=600,
