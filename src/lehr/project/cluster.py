@@ -321,6 +321,15 @@ def submit_sweep(
     if not local:
         _warn_of_untracked_tasks()
     sweep, jobs = submit(project, sweep, **slurm)
+    _announce(sweep, local)
+    if not wait_for_it:
+        return 0
+    return _gathered(project, sweep, wait(sweep, jobs if local else None))
+
+
+def _announce(sweep: Sweep, local: bool) -> None:
+    """What was submitted, and how to follow, cancel and gather it."""
+    where, ladder, tasks, id_, commit = Path(sweep.folder), sweep.ladder, sweep.tasks, sweep.id, sweep.commit
     print(
         f"sweep {id_}: {len(tasks)} {'rung(s)' if ladder else 'experiment(s)'} of {commit[:10]} as "
         f"{'local jobs' if local else f'SLURM job {sweep.job_id}'}; folder {where}"
@@ -331,9 +340,6 @@ def submit_sweep(
         f"logs: {where / 'logs'}; cancel: scancel {sweep.job_id or '(local: Ctrl-C)'}; gather them (again, "
         f"or after a Ctrl-C here, which leaves the tasks running): python -m lehr cluster gather {where}"
     )
-    if not wait_for_it:
-        return 0
-    return _gathered(project, sweep, wait(sweep, jobs if local else None))
 
 
 def gather_later(project: Path, folder: Path) -> int:

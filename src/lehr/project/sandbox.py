@@ -86,6 +86,11 @@ def create(
     (dest / MARKER).write_text("a lehr sandbox; `make smoke` replaces it\n")
     if corpus is not None:
         shutil.copytree(corpus, catalog_paths(dest, profile)["corpus"])
+    _first_commit(project, dest, profile)
+    return dest
+
+
+def _first_commit(project: Path, dest: Path, profile: str) -> None:
     # A throwaway repo commits under its own name (a fresh machine may have no git identity, and the
     # caller's must not leak in) at the time of the project's own commit: the same code makes the
     # same commit, and so the same records.
@@ -102,7 +107,6 @@ def create(
         ["git", "commit", "-qm", f"lehr sandbox on the {profile} profile"],
     ):
         subprocess.run(cmd, cwd=dest, check=True, env={**os.environ, **identity})
-    return dest
 
 
 def own_work(sandbox: Path) -> list[str]:
