@@ -10,7 +10,13 @@ spawned workers count once), MB/s, and the ratio of the two peaks; then raw `tok
 Goals: each stage's peak at the large size <= 1.1x its peak at the small size, and <= 1 GB;
 tokenize throughput >= 0.9x raw `encode_batch_fast`.
 
+With ``--one-file-mb SMALL LARGE`` it measures instead the case that once grew with the file: a
+corpus of one `.txt` file of words on a single line (one document), tokenized with the smoke
+profile's vocabulary and sample, the stream cap off. Goal: the peak at LARGE <= 1.1x the peak at
+SMALL, and <= 1 GB.
+
     python bench/scale.py [--sizes-mb 250 2000] [--workers 0]
+    python bench/scale.py --one-file-mb 100 1000
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ PARAMS = {
     "tokenize": {"vocab_size": 4096, "train_sample_bytes": 8_000_000, "max_bytes_per_stream": 0},
     "shard": {"shard_tokens": 16 << 20},
 }
+ONE_FILE_PARAMS = {"vocab_size": 512, "train_sample_bytes": 200_000, "max_bytes_per_stream": 0}  # smoke's
 
 
 def bundled_texts(tmp: Path) -> tuple[list[str], list[str]]:
@@ -68,6 +75,42 @@ def make_corpus(dest: Path, train: list[str], held: list[str], megabytes: int) -
         copy += 1
     f.close()
     return sum(p.stat().st_size for p in dest.rglob("*.jsonl"))
+
+
+def make_one_line_corpus(dest: Path, train: list[str], held: list[str], megabytes: int) -> int:
+    """One ``.txt`` of ``megabytes`` of the bundled text's words on a single line, and the held-out text."""
+    words = " ".join(train).split()
+    (dest / "web").mkdir(parents=True)
+    (dest / "heldout").mkdir()
+    (dest / "heldout" / "bundled.txt").write_text("\n\n".join(held))
+    target, written, copy = megabytes * 1_000_000, 0, 0
+    with open(dest / "web" / "one-line.txt", "w") as f:
+        while written < target:
+            chunk = " ".join(f"{w}{copy}" for w in words) + " "  # every copy's words its own
+            f.write(chunk)
+            written, copy = written + len(chunk.encode()), copy + 1
+    return (dest / "web" / "one-line.txt").stat().st_size
+
+
+def one_file(tmp: Path, train: list[str], held: list[str], sizes_mb: list[int]) -> None:
+    peaks = []
+    for mb in sizes_mb:
+        corpus = tmp / f"one-line-{mb}"
+        size = make_one_line_corpus(corpus, train, held, mb)
+        repo = project(tmp / f"repo-one-line-{mb}", corpus)
+        seconds, peak = run_stage(repo, "tokenize", ONE_FILE_PARAMS, workers=0)
+        peaks.append(peak)
+        print(
+            f"one .txt line of {size / 1e6:6.0f} MB  tokenize  {seconds:7.1f} s  "
+            f"{size / 1e6 / seconds:6.2f} MB/s  peak PSS {peak / 2**20:6.0f} MiB",
+            flush=True,
+        )
+        shutil.rmtree(repo)
+        shutil.rmtree(corpus)
+    print(
+        f"\ntokenize peak, one line of {sizes_mb[1]} MB / {sizes_mb[0]} MB: {peaks[1] / peaks[0]:.2f}x "
+        f"(goal <= 1.1x), largest {peaks[1] / 2**20:.0f} MiB (goal <= 1024)"
+    )
 
 
 def project(dest: Path, corpus: Path) -> Path:
@@ -149,6 +192,10 @@ def main() -> None:
     p.add_argument("--sizes-mb", type=int, nargs=2, default=[250, 2000])
     p.add_argument("--workers", type=int, default=0, help="tokenize.workers (0 = one per core)")
     p.add_argument("--keep", help="build in this folder and keep it (default: a temporary folder)")
+    p.add_argument(
+        "--one-file-mb", type=int, nargs=2, metavar=("SMALL", "LARGE"),
+        help="measure one .txt file of one line at these two sizes instead",
+    )  # fmt: skip
     args = p.parse_args()
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="lehr-scale-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -157,6 +204,13 @@ def main() -> None:
         flush=True,
     )
     train, held = bundled_texts(tmp)
+    if args.one_file_mb:
+        try:
+            one_file(tmp, train, held, args.one_file_mb)
+        finally:
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return
     rows, raw = {}, None
     try:
         for mb in args.sizes_mb:

@@ -40,7 +40,7 @@ def test_bundled_corpus_is_deterministic(corpus_dir, tmp_path):
 
 
 def test_missing_and_empty_corpus(tmp_path):
-    with pytest.raises(CorpusError, match="does not exist.*make corpus"):
+    with pytest.raises(CorpusError, match="does not exist.*dvc repro corpus"):
         Corpus(tmp_path / "nope").files()
     (tmp_path / "empty" / "gold").mkdir(parents=True)
     with pytest.raises(CorpusError, match=r"holds no .txt, .jsonl\(.gz\|.zst\) or .parquet files"):
@@ -182,6 +182,29 @@ def test_a_long_text_file_streams_in_pieces(tmp_path, monkeypatch):
     assert max(len(d.text) for d in docs) <= 1000
     (tmp_path / "c" / "gold" / "book.txt").write_bytes(text.encode()[:5000] + b"\xff" + text.encode()[5000:])
     with pytest.raises(CorpusError, match="not valid UTF-8 at byte offset 5000"):
+        list(Corpus(tmp_path / "c").documents())
+
+
+def test_a_jsonl_line_or_parquet_cell_past_the_record_limit_is_refused_by_name(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lehr.dataprep import corpus
+
+    monkeypatch.setattr(corpus, "MAX_RECORD_BYTES", 1000)
+    monkeypatch.setattr(corpus, "_READ_BYTES", 300)  # the long line is refused before it is whole
+    (tmp_path / "c" / "gold").mkdir(parents=True)
+    lines = [json.dumps({"text": t}) for t in ("short", "y" * 900, "z" * 5000, "never read")]
+    (tmp_path / "c" / "gold" / "a.jsonl").write_text("\n".join(lines))
+    docs = Corpus(tmp_path / "c").documents()
+    assert [next(docs).text, next(docs).text] == ["short", "y" * 900]
+    with pytest.raises(
+        CorpusError, match=r"a.jsonl:line 3: one record of more than .* MiB.*save it as a .txt"
+    ):
+        next(docs)
+    (tmp_path / "c" / "gold" / "a.jsonl").unlink()
+    pq.write_table(pa.table({"text": ["fine", "é" * 600]}), tmp_path / "c" / "gold" / "p.parquet")
+    with pytest.raises(CorpusError, match=r"p.parquet:row 1 \(row 1 of row group 0\): one record"):
         list(Corpus(tmp_path / "c").documents())
 
 

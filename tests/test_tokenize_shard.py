@@ -112,12 +112,50 @@ def test_a_rerun_reuses_finished_parts_and_drops_stale_ones(uncapped, tmp_path):
 def test_pieces_of_a_long_document_encode_like_the_whole(corpus_dir, tmp_path):
     tok = Tokenizer.from_str(_tokenize(corpus_dir, tmp_path)[0].to_str())
     rng = random.Random(0)
-    words = ["the", "a", "Haus", "42", "x" * 30, "\n\n", "  ", "\t", "é", "end."]
-    text = "".join(rng.choice(words) + rng.choice([" ", "  ", "\n", " \n ", ""]) for _ in range(20_000))
-    pieces = list(cut_points(text, limit=997))
-    assert "".join(pieces) == text and len(pieces) > 50 and max(map(len, pieces)) <= 997
+    # U+001C..U+001F are whitespace to Python and punctuation to the pre-tokenizer's regex.
+    words = ["the", "a", "Haus", "42", "x" * 30, "\n\n", "  ", "\t", "é", "end.", ".\x1c", "\x1f", "\xa0"]
+    seps = [" ", "  ", "\n", " \n ", "", "\x1c", "\u2003", "\xa0"]
+    text = "".join(rng.choice(words) + rng.choice(seps) for _ in range(20_000))
     whole = tok.encode(text, add_special_tokens=False).ids
-    assert [i for p in pieces for i in tok.encode(p, add_special_tokens=False).ids] == whole
+    for hard in (True, False):
+        pieces = list(cut_points(text, limit=997, hard=hard))
+        assert "".join(pieces) == text and len(pieces) > 50 and max(map(len, pieces)) <= 997
+        assert [i for p in pieces for i in tok.encode(p, add_special_tokens=False).ids] == whole
+
+
+def test_documents_and_long_lines_encode_to_the_tokens_of_each_whole_document(
+    corpus_dir, tmp_path, monkeypatch
+):
+    """Encoding in batches bounded by characters, and in parts of a long piece, changes no token: on
+    the bundled corpus, and on its text as one line with no newline, read in pieces."""
+    from lehr.dataprep import corpus, tokenization
+
+    tok = Tokenizer.from_str(_tokenize(corpus_dir, tmp_path)[0].to_str())
+    eot = tok.token_to_id("<|endoftext|>")
+    docs = list(Corpus(corpus_dir).documents())
+    whole = [e.ids + [eot] for e in tok.encode_batch_fast([d.text for d in docs], add_special_tokens=False)]
+    monkeypatch.setattr(tokenization, "ENCODE_CHARS", 997)
+    monkeypatch.setattr(tokenization, "BATCH_CHARS", 20_000)
+    assert [ids.tolist() for _, ids in tokenization.encode_documents(tok, iter(docs), 256)] == whole
+    one_line = " ".join(d.text.replace("\n", " ") for d in docs)[:2_000_000]
+    (tmp_path / "line" / "gold").mkdir(parents=True)
+    (tmp_path / "line" / "gold" / "one.txt").write_text(one_line)
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 50_000)
+    pieces = list(Corpus(tmp_path / "line").documents())
+    assert len(pieces) > 30 and [p.last for p in pieces].count(True) == 1  # one document: the file
+    encoded = [i for _, ids in tokenization.encode_documents(tok, iter(pieces), 256) for i in ids.tolist()]
+    assert encoded == tok.encode(one_line, add_special_tokens=False).ids + [eot]
+
+
+def test_a_stream_cap_ends_a_long_document_at_the_piece_that_reaches_it():
+    from lehr.dataprep.token_writer import _capped
+
+    long = [Document("train/a", "x" * 10, last=False) for _ in range(9)] + [Document("train/a", "end")]
+    short = [Document("train/a", "a whole document")]
+    kept = list(_capped(iter(short + long + short), cap=40))
+    assert [d.text for d in kept] == ["a whole document", "x" * 10, "x" * 10, "x" * 10]
+    assert [d.last for d in kept] == [True, False, False, True]  # the long one ends at the cap
+    assert list(_capped(iter(short + short), cap=1)) == short  # a whole document passes the cap
 
 
 def test_streamed_bpe_sample_equals_the_sorted_prefix():

@@ -146,6 +146,12 @@ def _info(args: argparse.Namespace) -> int:
         lines[f"trained steps {part['from_step']}-{until} by"] = f"code {part['code_sha256'][:16]}" + "".join(
             f", {k} {v}" for k, v in part.get("versions", {}).items() if k != "python"
         )
+    # A resume under another plan (budget, stop rule, early stop) whose trained steps were the new
+    # plan's (``lehr.engine.run.plan``): from which step, and what changed.
+    for change in prog.get("plan_changes", []):
+        lines[f"plan changed at step {change['step']}"] = ", ".join(
+            f"{k} {old} → {new}" for k, (old, new) in change["changed"].items()
+        )
     lines.update({f"held-out heldout.{k}": f"{v:.4f}" for k, v in ev.get("heldout", {}).items()})
     lines.update({f"input {path}": digest for path, digest in prov.get("inputs", {}).items()})
     width = max(map(len, lines))

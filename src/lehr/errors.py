@@ -173,22 +173,63 @@ _NO_ROOM = {
     errno.EFBIG: "the file-size limit (ulimit -f) is reached",
     errno.EDQUOT: "the disk quota is used up",
 }
+# How writers that are not Python's own pass an errno on: Rust's "(os error 27)" (safetensors) and
+# Python's "[Errno 28]" inside a message that wraps it.
+_ERRNO_IN_TEXT = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
 
 
-def _full_disk(error: BaseException | None) -> str | None:
-    """A write that found no room, anywhere in the chain, said as what it is and what to do (every
-    lehr write is staged beside its target, so what was there before is as it was)."""
+def no_room(error: BaseException | None, folder: Path | None = None) -> str | None:
+    """What a failed write ran into, if it was a lack of room anywhere in ``error``'s chain (the disk
+    full, a file-size limit, a quota), in words; else None. Given the ``folder`` written to, a
+    writer that kept no errno (torch.save's "unexpected pos") is judged by the limit in force and
+    the room left there."""
+    found = _no_room_in_chain(error)
+    if found or folder is None:
+        return found
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        return _NO_ROOM[errno.EFBIG]
+    with contextlib.suppress(OSError):
+        fs = os.statvfs(folder)
+        if fs.f_bavail * fs.f_frsize < 1 << 20:
+            return _NO_ROOM[errno.ENOSPC]
+    return None
+
+
+def _no_room_in_chain(error: BaseException | None) -> str | None:
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno in _NO_ROOM:
-            where = f" writing {error.filename}" if error.filename else ""
+            return _NO_ROOM[error.errno]
+        found = _ERRNO_IN_TEXT.search(str(error))
+        if found and int(found.group(1) or found.group(2)) in _NO_ROOM:
+            return _NO_ROOM[int(found.group(1) or found.group(2))]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _full_disk(error: BaseException | None) -> str | None:
+    """A write that found no room, anywhere in the chain, said as what it is and what to do (every
+    lehr write is staged beside its target, so what was there before is as it was). An explained
+    error on the way already said it, with the artifact it was writing."""
+    cause = no_room(error)
+    if cause is None:
+        return None
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, Explained):
+            return str(error).strip()
+        if isinstance(error, OSError) and error.errno in _NO_ROOM:
+            where = f" writing {_shown(Path(os.fsdecode(error.filename)))}" if error.filename else ""
             return (
                 f"no room{where}: {_NO_ROOM[error.errno]}. Free space (or raise the limit) and run the same "
                 "command again; every file it was replacing is as it was before"
             )
         error = error.__cause__ or error.__context__
-    return None
+    return f"no room: {cause}. Free space (or raise the limit) and run the same command again"
 
 
 # One line of Kedro's ParameterValidationError per parameter, around the message of the exception

@@ -111,7 +111,9 @@ def test_a_real_full_disk_leaves_the_previous_artifact_intact(tmp_path, which, l
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if which == "checkpoint":
         assert result["type"] == "CheckpointError", result
-        assert "disk is full or unwritable" in result["message"] and "is intact" in result["message"]
+        assert (
+            "file-size limit (ulimit -f) is reached" in result["message"] and "is intact" in result["message"]
+        )
         rolling = Rolling(tmp_path / "checkpoints", keep_last=3)
         path, state = rolling.latest_valid()
         assert path.name == "step_00000010" and (rolling.root / "latest").read_text() == "step_00000010"

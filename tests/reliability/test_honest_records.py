@@ -329,7 +329,7 @@ def test_a_full_disk_during_export_is_said_and_the_earlier_export_kept(tiny_conf
         text=True,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "disk is full or unwritable" in proc.stderr and "Traceback" not in proc.stderr
+    assert "file-size limit (ulimit -f) is reached" in proc.stderr and "Traceback" not in proc.stderr
     assert dir_hash(tmp_path / "out") == before and not list(tmp_path.glob(".tmp-*"))
 
 

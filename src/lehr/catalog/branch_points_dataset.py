@@ -1,15 +1,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr import fixes
 from lehr.engine.artifacts.state import State
 from lehr.files import locks
-from lehr.files.atomic import recover, staged_dir
+from lehr.files.atomic import copy_tree, recover, staged_dir
 
 INDEX = "index.json"  # lehr's mark on the folder: {name: {step, tokens}}
 
@@ -33,7 +33,7 @@ class BranchPointsDataset(AbstractDataset[dict, dict[str, Path]]):
             names = json.loads(index.read_text())
         except json.JSONDecodeError:
             raise DatasetError(
-                f"{index} is corrupt: re-run pretrain_stable (`dvc repro --force pretrain_stable`)"
+                f"{index} is corrupt: re-run pretrain_stable (`{fixes.force_rebuild('pretrain_stable')}`)"
             )
         return {name: self._path / name for name in names}
 
@@ -48,7 +48,7 @@ class BranchPointsDataset(AbstractDataset[dict, dict[str, Path]]):
             index = {}
             with staged_dir(self._path, keep_if_same=True) as staging:
                 for name, folder in sorted(data.items()):
-                    shutil.copytree(Path(folder), staging / name)
+                    copy_tree(Path(folder), staging / name, shown_as=self._path / name)
                     state = State.read(folder)
                     index[name] = {"step": state.step, "tokens": state.tokens}
                 (staging / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")

@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from kedro.io import AbstractDataset, DatasetError
 
 from lehr.engine.artifacts.state import State
 from lehr.files import locks
-from lehr.files.atomic import is_leftover, recover, staged_dir
+from lehr.files.atomic import copy_tree, is_leftover, recover, staged_dir
 from lehr.files.names import RULE, is_folder_name
 from lehr.paths import run_by_dvc
 
@@ -131,7 +130,7 @@ class AnnealBranchesDataset(AbstractDataset[dict, dict[str, Path]]):
             with staged_dir(target, keep_if_same=True) as staging:
                 for item in KEPT:
                     if (run_dir / item).is_dir():
-                        shutil.copytree(run_dir / item, staging / item)
+                        copy_tree(run_dir / item, staging / item, shown_as=target / item)
                 if data.get("curve"):
                     (staging / "metrics.jsonl").write_text(data["curve"])
                 record = {"branch": name, "kind": kind, "made_by": by, "params": data.get("params", {})}

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr import fixes
 from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.files import locks
-from lehr.files.atomic import recover, staged_dir
+from lehr.files.atomic import copy_tree, recover, staged_dir
 
 
 class CheckpointDataset(AbstractDataset[Path, Path]):
@@ -33,14 +33,14 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
                 )
             raise DatasetError(
                 f"checkpoint {self._path} does not exist: run {self._produced_by} first "
-                f"(`dvc repro {self._produced_by}`)"
+                f"(`{fixes.rebuild(self._produced_by)}`)"
             )
         try:
             State.read(self._path)
         except ValueError:
             raise DatasetError(
                 f"{state_file(self._path)} is corrupt: re-run {self._produced_by} "
-                f"(`dvc repro --force {self._produced_by}`)"
+                f"(`{fixes.force_rebuild(self._produced_by)}`)"
             ) from None
         return self._path
 
@@ -58,7 +58,7 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
                 )
             # The same bytes as before (a finished run run again) leave it as it was, file times too.
             with staged_dir(self._path, keep_if_same=True) as staging:
-                shutil.copytree(Path(data), staging, dirs_exist_ok=True)
+                copy_tree(Path(data), staging, shown_as=self._path)
 
     def _exists(self) -> bool:
         return is_checkpoint(self._path)

@@ -6,6 +6,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from lehr import fixes
 from lehr.dataprep.sharding import ShardSpec
 from lehr.files import locks
 from lehr.files.atomic import recover
@@ -33,13 +34,13 @@ class ShardsDataset(AbstractDataset[ShardSpec, dict]):
         recover(self._path.parent, self._path.name)
         if not self.manifest_path.is_file():
             raise DatasetError(
-                f"{self.manifest_path} is missing: run the shard stage first (`dvc repro shard`)"
+                f"{self.manifest_path} is missing: run the shard stage first (`{fixes.rebuild('shard')}`)"
             )
         try:
             manifest = json.loads(self.manifest_path.read_text())
         except json.JSONDecodeError as e:
             raise DatasetError(
-                f"{self.manifest_path} is corrupt ({e}); rebuild it with `dvc repro --force shard`"
+                f"{self.manifest_path} is corrupt ({e}); rebuild it with `{fixes.force_rebuild('shard')}`"
             ) from None
         manifest["root"] = str(self._path)
         return manifest

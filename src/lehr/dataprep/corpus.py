@@ -14,7 +14,8 @@ Nothing here holds a file whole: text files and lines are read in pieces, and a 
 than ``PIECE_CHARS`` is handed on in pieces cut just before a whitespace that starts a word.
 Byte-level BPE pre-tokenizes at exactly those places, so the pieces encode to the same tokens as
 the whole document would. Memory per document is therefore bounded by ``PIECE_CHARS``, except a
-single JSONL line, which is parsed whole (a JSON value cannot be parsed in pieces).
+single JSONL line or parquet cell, which is parsed whole (a JSON value cannot be parsed in pieces)
+and refused by name past ``MAX_RECORD_BYTES``.
 """
 
 from __future__ import annotations
@@ -25,15 +26,20 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lehr import fixes
+
 HELDOUT = "heldout"
 SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
 PIECE_CHARS = 1 << 20  # the most characters of one document handed on at once
+# The longest JSONL line or parquet cell read: either is parsed whole, so this bounds its memory.
+MAX_RECORD_BYTES = 64 << 20
 _READ_BYTES = 4 << 20
 
 log = logging.getLogger(__name__)
@@ -69,18 +75,37 @@ def stream_of(root: Path, path: Path) -> str:
     return f"train/{parts[0]}"
 
 
-def cut_points(text: str, limit: int | None = None) -> Iterator[str]:
+# Whitespace as the byte-level pre-tokenizer's regex sees it: Python's isspace() less the four
+# information separators U+001C..U+001F, which the regex takes for punctuation (checked over
+# every code point).
+_NOT_SPACE = "\x1c\x1d\x1e\x1f"
+_WORD_START = re.compile(r"[^\S\x1c-\x1f](?=[\S\x1c-\x1f])")  # a run's last space, a non-space next
+
+
+def _is_space(ch: str) -> bool:
+    return ch.isspace() and ch not in _NOT_SPACE
+
+
+def cut_points(text: str, limit: int | None = None, hard: bool = True) -> Iterator[str]:
     """``text`` in pieces of at most ``limit`` characters, each cut before the last whitespace
     character of a run that a non-space follows, where the BPE pre-tokenizer splits anyway.
-    A stretch of ``limit`` characters without such a place is cut hard (documented limit)."""
+    A stretch of ``limit`` characters without such a place is cut hard (the documented longest
+    pre-token); with ``hard=False`` the piece runs on to the next such place instead."""
     limit = limit or PIECE_CHARS
     start = 0
     while len(text) - start > limit:
         end = start + limit
         cut = end
-        while cut > start + 1 and not (text[cut - 1].isspace() and not text[cut].isspace()):
+        while cut > start + 1 and not (_is_space(text[cut - 1]) and not _is_space(text[cut])):
             cut -= 1
-        cut = cut - 1 if cut > start + 1 else end
+        if cut > start + 1:
+            cut -= 1
+        elif hard:
+            cut = end
+        elif found := _WORD_START.search(text, end):
+            cut = found.start()
+        else:
+            break
         yield text[start:cut]
         start = cut
     yield text[start:]
@@ -183,16 +208,30 @@ def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
         while (end := chunk.find(b"\n", start)) != -1:
             line = b"".join([*held, chunk[start:end]])
             held, start, lineno = [], end + 1, lineno + 1
+            if len(line) > MAX_RECORD_BYTES:
+                raise _too_long(path, f"line {lineno}", len(line))
             yield lineno, offset, line
             offset += len(line) + 1
         if start < len(chunk):
             held.append(chunk[start:])
+            if (size := sum(map(len, held))) > MAX_RECORD_BYTES:
+                raise _too_long(path, f"line {lineno + 1}", size)
     if held:
         yield lineno + 1, offset, b"".join(held)
 
 
+def _too_long(path: Path, where: str, size: int) -> CorpusError:
+    return CorpusError(
+        f"{path}:{where}: one record of more than {size / 2**20:.0f} MiB; lehr parses a JSONL line or a "
+        f"parquet cell whole and reads none over {MAX_RECORD_BYTES >> 20} MiB. Split the text into "
+        "several records, or save it as a .txt file, which is read in pieces whatever its size."
+    )
+
+
 def _field(value, path: Path, where: str, field: str, found) -> str:
     if isinstance(value, str):
+        if 4 * len(value) > MAX_RECORD_BYTES and len(value.encode("utf-8")) > MAX_RECORD_BYTES:
+            raise _too_long(path, where, len(value.encode("utf-8")))
         return value
     kind = "null" if value is None else type(value).__name__
     raise CorpusError(
@@ -350,7 +389,7 @@ class Corpus:
     def files(self) -> list[Path]:
         if not self.root.is_dir():
             raise CorpusError(
-                f"corpus folder {self.root} does not exist. Run `make corpus` to lay out the "
+                f"corpus folder {self.root} does not exist. Run `{fixes.rebuild('corpus')}` to lay out the "
                 f"bundled corpus, or set `corpus` in conf/base/globals.yml to your own folder."
             )
         files = []
@@ -364,7 +403,7 @@ class Corpus:
         if not files:
             raise CorpusError(
                 f"corpus folder {self.root} holds no .txt, .jsonl(.gz|.zst) or .parquet files. "
-                f"Run `make corpus`, or add <tier>/ folders of text files."
+                f"Run `{fixes.rebuild('corpus')}`, or add <tier>/ folders of text files."
             )
         return files
 

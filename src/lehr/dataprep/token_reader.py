@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lehr import fixes
 from lehr.dataprep.token_index import FORMAT, TokenStoreError, add_to_stream
 
 READ_TOKENS = 4 << 20  # tokens read at once by ``TokenStreams.chunks``
@@ -71,7 +72,7 @@ def _check_one_plan(root: Path, indexes: list[dict]) -> None:
             f"tokenize slices {first['slice'][0]}/{n} and {ix['slice'][0]}/{n} in {root} were cut from "
             f"different plans ({what}): the corpus, tokenizer or settings changed between them, and "
             f"merged they would drop some files and repeat others. Re-run every slice on the same corpus "
-            f"(`kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each I)."
+            f"(`{fixes.run_stage('tokenize', f'tokenize.slice=I/{n}')}` for each I)."
         )
 
 
@@ -105,7 +106,9 @@ def load(root: Path) -> TokenStreams:
             m = _SLICE_INDEX.match(p.name)
             found.setdefault(int(m[2]), {})[int(m[1])] = json.loads(p.read_text())
         if not found:
-            raise TokenStoreError(f"{whole} is missing: run the tokenize stage first (`dvc repro tokenize`)")
+            raise TokenStoreError(
+                f"{whole} is missing: run the tokenize stage first (`{fixes.rebuild('tokenize')}`)"
+            )
         if len(found) > 1:
             raise TokenStoreError(
                 f"{root} holds slice indexes of different splits ({sorted(found)} slices): "
@@ -116,7 +119,7 @@ def load(root: Path) -> TokenStreams:
         if missing:
             raise TokenStoreError(
                 f"{root}: slice(s) {', '.join(f'{i}/{n}' for i in missing)} of the tokenize run are "
-                f"not finished: run `kedro run --pipelines tokenize --params tokenize.slice=I/{n}` for each"
+                f"not finished: run `{fixes.run_stage('tokenize', f'tokenize.slice=I/{n}')}` for each"
             )
         indexes = [slices[i] for i in sorted(slices)]
     if any(ix.get("format") != FORMAT for ix in indexes):

@@ -95,15 +95,21 @@ def plan_record(tasks: list[EncodeJob], tokenizer_sha: str, settings: Settings) 
 
 
 def _capped(docs: Iterator[Document], cap: int) -> Iterator[Document]:
-    """The first documents of a stream up to ``cap`` bytes; a document is kept or dropped whole."""
+    """The first documents of a stream up to ``cap`` bytes. A document is kept or dropped whole,
+    except one long enough to come in pieces: it ends, with its end-of-text, at the piece that
+    reaches the cap (a 40 MB text file under a 120 KB cap was otherwise kept whole)."""
     used, keep, starting = 0, True, True
     for doc in docs:
         if starting:
             keep = not cap or used < cap
-        if keep:
-            used += len(doc.text.encode("utf-8"))
-            yield doc
         starting = doc.last
+        if not keep:
+            continue
+        used += len(doc.text.encode("utf-8"))
+        if cap and used >= cap and not doc.last:
+            keep = False
+            doc = dataclasses.replace(doc, last=True)
+        yield doc
 
 
 def task_documents(task: EncodeJob, root: Path, settings: Settings) -> Iterator[Document]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lehr import fixes
 from lehr.files.atomic import sha256_file
 
 PACKINGS = ("windows", "bos_best_fit")
@@ -51,11 +52,13 @@ class Source:
 def load_manifest(shard_dir: str | Path) -> dict:
     path = Path(shard_dir) / "manifest.json"
     if not path.is_file():
-        raise DataError(f"{path} is missing: run the shard stage first (`dvc repro shard`)")
+        raise DataError(f"{path} is missing: run the shard stage first (`{fixes.rebuild('shard')}`)")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise DataError(f"{path} is corrupt ({e}): rebuild it with `dvc repro --force shard`") from None
+        raise DataError(
+            f"{path} is corrupt ({e}): rebuild it with `{fixes.force_rebuild('shard')}`"
+        ) from None
 
 
 def manifest_sha256(shard_dir: str | Path) -> str:
@@ -78,7 +81,8 @@ class ShardSet:
         tok_file = self.root / "tokenizer.json"
         if tok_file.is_file() and sha256_file(tok_file) != tok["sha256"]:
             raise DataError(
-                f"{tok_file} does not match the tokenizer hash in the manifest: re-run `dvc repro shard`"
+                f"{tok_file} does not match the tokenizer hash in the manifest: "
+                f"re-run `{fixes.rebuild('shard')}`"
             )
         dtype = np.dtype(self.manifest["dtype"])
         self.sources: dict[str, Source] = {}
@@ -88,12 +92,13 @@ class ShardSet:
                 path = self.root / shard["file"]
                 if not path.is_file():
                     raise DataError(
-                        f"shard {path} listed in the manifest is missing: re-run `dvc repro shard`"
+                        f"shard {path} listed in the manifest is missing: re-run `{fixes.rebuild('shard')}`"
                     )
                 if verify and sha256_file(path) != shard["sha256"]:
                     raise DataError(
                         f"shard {path} does not match the sha256 in the manifest (corrupted on disk?); "
-                        f"restore it with `dvc checkout` or rebuild with `dvc repro --force shard`"
+                        f"restore it with `{fixes.restore(self.root)}` or rebuild with "
+                        f"`{fixes.force_rebuild('shard')}`"
                     )
                 maps.append(np.memmap(path, dtype=dtype, mode="r"))
             usable = [m for m in maps if len(m) > seq_len]
@@ -111,7 +116,8 @@ class ShardSet:
         if eot is None:
             raise DataError(
                 f"{self.root / 'manifest.json'} does not say which token ends a document (eot_id), which "
-                "pretrain.packing: bos_best_fit needs: re-run the shard stage (`dvc repro --force shard`)"
+                "pretrain.packing: bos_best_fit needs: re-run the shard stage "
+                f"(`{fixes.force_rebuild('shard')}`)"
             )
         return Documents.index(self.sources[f"train/{tier}"], eot, row_len)
 

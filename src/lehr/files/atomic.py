@@ -123,6 +123,24 @@ def staged_dir(target: Path, keep_if_same: bool = False) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def copy_tree(src: Path, dst: Path, shown_as: Path | None = None) -> None:
+    """``shutil.copytree`` that stops at the first failed file and raises its OSError with its errno
+    and the file it was writing (named under ``shown_as``, the folder ``dst`` will become): copytree
+    gathers every failure into one ``shutil.Error`` of text tuples, which told a full disk from
+    nothing else (a list of "[Errno 27] File too large")."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.rglob("*")):
+        target = dst / path.relative_to(src)
+        try:
+            if path.is_dir():
+                target.mkdir(exist_ok=True)
+            else:
+                shutil.copy2(path, target)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str((shown_as or dst) / path.relative_to(src))) from e
+    shutil.copystat(src, dst)
+
+
 def replace_dir(tmp: Path, dst: Path) -> None:
     """Move the complete folder ``tmp`` to ``dst``; an old ``dst`` goes only once the new one is in place."""
     old = sibling(dst, "old")

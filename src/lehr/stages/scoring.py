@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from lehr import fixes
 from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.engine.batches import ShardSet
 from lehr.engine.dist import launch, shares
@@ -62,7 +63,7 @@ def chosen_branches(
         raise ValueError(
             f"unknown anneal branch(es) {', '.join(missing)}; the branches are: "
             f"{', '.join(sorted(branches)) or 'none'}. "
-            f"Run `kedro run --pipelines anneal --params anneal.branch=NAME` to make one."
+            f"Run `{fixes.run_stage('anneal', 'anneal.branch=NAME')}` to make one."
         )
     stale = [b for b in wanted if branched_from(branches[b] / "final") not in (*ours, None)]
     named = [b for b in stale if b == current or params.branches != ["all"]]
@@ -71,7 +72,7 @@ def chosen_branches(
             f"anneal branch(es) {', '.join(named)} in {next(iter(branches.values())).parent} started "
             f"from a checkpoint of another stable run than this pre_anneal and its branch points (an "
             "earlier stable phase), so they do not compare with them. Re-make one from this pre_anneal "
-            "with `kedro run --pipelines anneal --params anneal.branch=NAME`, or leave it out of "
+            f"with `{fixes.run_stage('anneal', 'anneal.branch=NAME')}`, or leave it out of "
             "evaluate.branches."
         )
     if stale:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lehr import fixes
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import Launch, TrainConfig
 from lehr.engine.dist import launch
@@ -51,7 +52,7 @@ def origin_of(anneal: AnnealParams, pre_anneal: Path, branch_points: dict[str, P
     if ours != theirs:
         raise ValueError(
             f"branch point {point} was kept by another stable run ({theirs}) than {pre_anneal} ({ours}): "
-            "run pretrain_stable again (`dvc repro pretrain_stable`), so that both are of one run."
+            f"run pretrain_stable again (`{fixes.rebuild('pretrain_stable')}`), so that both are of one run."
         )
     return point
 
@@ -62,14 +63,14 @@ def check_stage_node(lc: Launch, helper: bool = False) -> None:
     if helper and (lc.nnodes == 1 or lc.node_rank == 0):
         raise ValueError(
             f"`lehr join` is for nodes 1 .. nnodes-1 of a run across machines (here nnodes = {lc.nnodes}, "
-            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `kedro run --pipelines <stage>`"
+            f"node_rank = {lc.node_rank}); node 0 runs the stage itself: `{fixes.run_stage('<stage>')}`"
         )
     if lc.nnodes == 1:
         return
     if not helper and lc.node_rank != 0:
         raise ValueError(
             f"pretrain.launch.node_rank = {lc.node_rank}: the stage runs on node 0, which writes its "
-            "outputs; on this node run `python -m lehr join <stage>` with the same --env and --params"
+            f"outputs; on this node run `{fixes.join_node('<stage>')}` with the same --env and --params"
         )
     if lc.rdzv_backend != "static":
         raise ValueError(

@@ -24,8 +24,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
+from lehr import fixes
 from lehr.engine.artifacts.state import STATE, STATE_SHA
-from lehr.errors import Explained
+from lehr.errors import Explained, no_room
 from lehr.files.atomic import (
     as_umask_allows,
     new_staging,
@@ -119,11 +120,13 @@ def written_or_nothing(target: Path):
     # torch's serializer ("unexpected pos") and SafetensorError from safetensors.
     except (OSError, RuntimeError, SafetensorError) as e:
         shutil.rmtree(sibling(target, "tmp"), ignore_errors=True)
-        reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
+        cause = no_room(e, target.parent)
+        reason = cause or getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise CheckpointError(
-            f"could not write {target}: {reason}. The disk is full or unwritable; nothing was "
-            f"replaced: the previous {target.name} in {target.parent}, if there was one, is intact. Free "
-            f"disk space (or fix permissions) and run again."
+            f"could not write {target}: {reason}. Nothing was replaced: the previous {target.name} in "
+            f"{target.parent}, if there was one, is intact. "
+            + ("Free space (or raise the limit)" if cause else "Free disk space (or fix permissions)")
+            + " and run again."
         ) from e
 
 
@@ -146,7 +149,8 @@ def verify(path: Path) -> dict:
         if not f.is_file() or sha256_file(f) != digest:
             raise CheckpointError(
                 f"{f} is missing or does not match the sha256 in {path / STATE} (truncated, corrupt or "
-                f"replaced): restore the checkpoint (`dvc checkout {path}`) or re-run the stage that made it"
+                f"replaced): restore the checkpoint (`{fixes.restore(path)}`) or re-run the stage that "
+                "made it"
             )
     return state
 
@@ -157,7 +161,7 @@ def load_weights(path: Path, model: torch.nn.Module) -> None:
     except (SafetensorError, OSError) as e:
         raise CheckpointError(
             f"{path / 'model.safetensors'} cannot be read ({str(e).splitlines()[0][:200]}): it is "
-            f"truncated or not a safetensors file. Restore it (`dvc checkout`, or export it again)."
+            f"truncated or not a safetensors file. Restore it (`{fixes.restore(path)}`, or export it again)."
         ) from None
     if missing or unexpected:
         raise CheckpointError(
@@ -237,7 +241,7 @@ def resolve_start(rolling: Rolling, init_from: str | None) -> tuple[str, Path | 
         if not (path / STATE).is_file():
             raise CheckpointError(
                 f"initial checkpoint {path} does not exist: run the pretrain_stable stage first "
-                f"(`dvc repro pretrain_stable` or `kedro run --pipelines pretrain_stable`)"
+                f"(`{fixes.rebuild('pretrain_stable')}` or `{fixes.run_stage('pretrain_stable')}`)"
             )
         return "branch", path, verify(path)
     return "fresh", None, None

@@ -23,13 +23,13 @@ from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 from lehr.engine.hardware import memory_report, resolve
-from lehr.engine.run import step, tail
+from lehr.engine.run import plan, step, tail
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
 from lehr.engine.run.signals import GracefulStop
 from lehr.engine.run.start import build, start
 from lehr.engine.run.stopping import DivergedError, Divergence, policies
-from lehr.engine.schedule import lr_at, mix_at
+from lehr.engine.schedule import mix_at
 
 
 def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
@@ -202,7 +202,8 @@ class Run:
 
     def finished_before(self) -> bool:
         """The run resumed at its end, and that end's checkpoint is saved and whole: an earlier
-        attempt finished it under this code (resume refuses other code), so nothing is to train."""
+        attempt finished it under this code (resume refuses other code) and a plan that ends it
+        here (resume refuses another plan that would not: ``run.plan``), so nothing is to train."""
         if self.mode != "resume" or not (self.prog.stopped or self.prog.step >= self.end_step()):
             return False
         try:
@@ -249,17 +250,7 @@ class Run:
     # -- one step ----------------------------------------------------------------------------------
     def step(self) -> step.StepResult:
         cfg, trainee, s = self.cfg, self.trainee, self.prog.step
-        lr = lr_at(
-            s,
-            schedule=cfg.schedule,
-            lr=cfg.lr,
-            min_lr=cfg.min_lr,
-            warmup_steps=cfg.warmup_steps,
-            planned_steps=cfg.planned_steps,
-            anneal_start=self.anneal_start,
-            anneal_steps=cfg.anneal_steps,
-            decay_shape=cfg.decay_shape,
-        )
+        lr = plan.step_lr(cfg, s, self.anneal_start)
         optim.set_lr(trainee.optimizer, lr)
         batches = trainee.stream.next_batches(
             cfg.rows(s), self.mix(s), self.dist.rank, self.dist.world, cfg.micro_batch, self.hw.device

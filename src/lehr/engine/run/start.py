@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from lehr import versions
+from lehr import fixes, versions
 from lehr.engine import fp8, optim
 from lehr.engine.artifacts import checkpoint, code_identity, sharded_checkpoint
 from lehr.engine.batches import ShardSet, TrainStream
@@ -21,7 +21,7 @@ from lehr.engine.dist import parallel
 from lehr.engine.dist.distributed import Dist
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import Transformer
-from lehr.engine.run import tail
+from lehr.engine.run import plan, tail
 from lehr.engine.run.stopping import Progress
 
 log = logging.getLogger("lehr.train")
@@ -66,9 +66,12 @@ def start(
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
         _check_resumable(path, state, cfg, shards)
+        prog = Progress.from_state(state["progress"])
+        # A plan (budget, stop rule, early stop) other than the checkpoint's: goes on to the new
+        # plan's end where the steps trained are the new plan's, refused before any work otherwise.
+        plan.settle(path, state, cfg, prog, dist.is_main)
         _restore(path, state, trainee, cfg, dist, with_optimizer=True)
         trainee.stream.load_state_dict(state["data"])
-        prog = Progress.from_state(state["progress"])
     elif mode == "branch":
         _check_branchable(path, state, cfg, shards)
         if (changes := optimizer_changes(state, cfg)) and dist.is_main:
@@ -114,7 +117,7 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         raise checkpoint.CheckpointError(
             f"refusing to resume {path}: it was trained on shards of another tokenizer than {cfg.shards}. "
-            f"Restore those shards (`dvc checkout`), {fix}."
+            f"Restore those shards (`{fixes.restore(cfg.shards)}`), {fix}."
         )
     if state["math_hash"] != cfg.math_hash():
         keys = math_diff(state["config_math"], cfg.math_fields())

@@ -38,6 +38,8 @@ class Progress:
     # each step range, a branch's starting with those of the checkpoint it grew from
     trained_by: list = field(default_factory=list)
     stopped: str | None = None  # why the run ended (early stop, ...); None while it runs or at its end
+    # [{step, changed: {setting: [old, new]}}, ...]: the plan a resume changed, and where (``run.plan``)
+    plan_changes: list = field(default_factory=list)
 
     @classmethod
     def from_state(cls, saved: dict) -> Progress:
