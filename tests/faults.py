@@ -31,3 +31,13 @@ def nonfinite_at(monkeypatch, steps) -> None:
     from lehr.engine.run import loop
 
     poison_steps(loop, set(steps), monkeypatch.setattr)
+
+
+def full_disk_allowed(scratch: Path) -> bool:
+    """Whether this machine lets a test mount a tmpfs in a private user and mount namespace (a real
+    full disk, no root needed): some containers refuse user namespaces or the mount itself."""
+    import subprocess
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "mount", "-t", "tmpfs", "-o", "size=4k"]
+    return subprocess.run([*probe, "tmpfs", str(scratch)], capture_output=True).returncode == 0

@@ -298,3 +298,21 @@ def test_ladder_predict_refuses_what_is_no_count_and_says_when_it_extrapolates(c
     out, err = capsys.readouterr()
     assert "1e+300 parameters" in out and "note: an extrapolation: the ladder's largest model is" in out
     assert "nan" not in out and "inf" not in out and not err
+
+
+def test_a_lack_of_room_is_told_from_an_errno_wherever_the_writer_put_it(tmp_path):
+    """safetensors says "(os error 27)" in text, torch.save "unexpected pos" with no errno at all."""
+    import errno
+
+    from lehr.errors import explained, no_room
+
+    assert no_room(OSError(errno.ENOSPC, "No space left on device")) == "the disk is full"
+    assert no_room(RuntimeError("I/O error: File too large (os error 27)")) == (
+        "the file-size limit (ulimit -f) is reached"
+    )
+    assert no_room(ValueError("bad value")) is None
+    assert no_room(RuntimeError("unexpected pos 512"), tmp_path) is None  # room here, and no limit
+    wrapped = RuntimeError("saving failed")
+    wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded", str(Path.cwd() / "data" / "x.bin"))
+    said = explained(wrapped)
+    assert said.startswith("no room writing data/x.bin: the disk quota is used up. Free space"), said

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from lehr.files.atomic import staged_dir
+from lehr.files.atomic import copy_tree, staged_dir
 from tests.e2e import dir_hash
 
 _KILLED_MID_BUILD = """
 import sys, time
 from pathlib import Path
-from lehr.files.atomic import staged_dir
+from lehr.files.atomic import copy_tree, staged_dir
 with staged_dir(Path(sys.argv[1])) as folder:
     (folder / "half.txt").write_text("half")
     print("writing", flush=True)
@@ -65,3 +65,35 @@ def test_the_same_bytes_leave_the_folder_untouched_when_asked(tmp_path):
     with staged_dir(target, keep_if_same=True) as folder:
         (folder / "a.txt").write_text("new\n")
     assert (target / "a.txt").read_text() == "new\n"
+
+
+_COPY_UNDER_LIMIT = """
+import resource, sys
+from pathlib import Path
+from lehr.files.atomic import copy_tree
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+try:
+    copy_tree(Path(sys.argv[1]), Path(sys.argv[2]), shown_as=Path("data/06_models/pre_anneal"))
+except OSError as e:
+    print(e.errno, e.filename)
+"""
+
+
+def test_copy_tree_copies_like_copytree_and_names_the_file_it_could_not_write(tmp_path):
+    """shutil.copytree gathered a full disk into one shutil.Error of text tuples, with no errno."""
+    import errno
+    import shutil
+
+    src = tmp_path / "src"
+    (src / "empty").mkdir(parents=True)
+    (src / "sub").mkdir()
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "big.bin").write_bytes(b"x" * 5000)
+    copy_tree(src, tmp_path / "mine")
+    shutil.copytree(src, tmp_path / "theirs")
+    assert dir_hash(tmp_path / "mine") == dir_hash(tmp_path / "theirs") and (tmp_path / "mine/empty").is_dir()
+    out = subprocess.run(
+        [sys.executable, "-c", _COPY_UNDER_LIMIT, str(src), str(tmp_path / "limited")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == [str(errno.EFBIG), "data/06_models/pre_anneal/sub/big.bin"]

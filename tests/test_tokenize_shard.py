@@ -121,6 +121,13 @@ def test_pieces_of_a_long_document_encode_like_the_whole(corpus_dir, tmp_path):
         pieces = list(cut_points(text, limit=997, hard=hard))
         assert "".join(pieces) == text and len(pieces) > 50 and max(map(len, pieces)) <= 997
         assert [i for p in pieces for i in tok.encode(p, add_special_tokens=False).ids] == whole
+    # A stretch longer than the limit with nowhere to cut: without hard cuts the piece runs on to
+    # the next place, and the tokens stay the whole text's.
+    text = text[:5000] + "a,b;" * 700 + text[5000:]
+    pieces = list(cut_points(text, limit=997, hard=False))
+    assert "".join(pieces) == text and max(map(len, pieces)) > 2800
+    whole = tok.encode(text, add_special_tokens=False).ids
+    assert [i for p in pieces for i in tok.encode(p, add_special_tokens=False).ids] == whole
 
 
 def test_documents_and_long_lines_encode_to_the_tokens_of_each_whole_document(

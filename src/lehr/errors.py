@@ -178,23 +178,36 @@ _NO_ROOM = {
 _ERRNO_IN_TEXT = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
 
 
-def no_room(error: BaseException | None, folder: Path | None = None) -> str | None:
+def no_room(error: BaseException | None, staged: Path | None = None) -> str | None:
     """What a failed write ran into, if it was a lack of room anywhere in ``error``'s chain (the disk
-    full, a file-size limit, a quota), in words; else None. Given the ``folder`` written to, a
-    writer that kept no errno (torch.save's "unexpected pos") is judged by the limit in force and
-    the room left there."""
+    full, a file-size limit, a quota), in words; else None. A writer that kept no errno at all
+    (torch.save's "unexpected pos") is judged by what it left in ``staged``, the folder it wrote
+    (a file at the file-size limit in force) and the room left there."""
     found = _no_room_in_chain(error)
-    if found or folder is None:
+    if found or staged is None or _has_errno(error):
         return found
     import resource
 
-    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
-        return _NO_ROOM[errno.EFBIG]
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     with contextlib.suppress(OSError):
-        fs = os.statvfs(folder)
+        if limit != resource.RLIM_INFINITY and any(
+            f.stat().st_size >= limit for f in staged.rglob("*") if f.is_file()
+        ):
+            return _NO_ROOM[errno.EFBIG]
+        fs = os.statvfs(staged)
         if fs.f_bavail * fs.f_frsize < 1 << 20:
             return _NO_ROOM[errno.ENOSPC]
     return None
+
+
+def _has_errno(error: BaseException | None) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno is not None:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _no_room_in_chain(error: BaseException | None) -> str | None:

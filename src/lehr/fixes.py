@@ -31,6 +31,11 @@ def run_stage(stage: str, params: str = "") -> str:
     return f"kedro run --pipelines {stage}" + (f" --params {params}" if params else "")
 
 
+def setup() -> str:
+    """The virtualenv with every pinned dependency (the bundled corpus's packages among them)."""
+    return "make setup"
+
+
 def join_node(stage: str) -> str:
     """Nodes 1 .. nnodes-1 of a run across machines (node 0 runs the stage itself)."""
     return f"python -m lehr join {stage}"

@@ -167,6 +167,19 @@ def test_a_plan_that_gives_trained_steps_other_learning_rates_is_refused(tiny_co
     assert train(tiny_config(planned_steps=20, **cosine))["step"] == 20
 
 
+def test_a_run_that_ended_with_a_tail_average_is_not_trained_on_from_its_averaged_weights():
+    """At its end a tail-averaged run's weights are the average: steps past it would start there."""
+    tailed = dict(
+        init_from="pre_anneal", anneal_start=0, anneal_steps=40, tail_steps=10, decay_shape="linear"
+    )
+    old, new = _config(end_step=40, **tailed), _config(end_step=60, **tailed)
+    with pytest.raises(
+        CheckpointError, match=r"end_step 40 → 60\): it reached its end at step 40 .*tail average"
+    ):
+        settle(Path("runs/x/checkpoints/step_00000040"), {"config": old.to_dict()}, new, Progress(step=40))
+    settle(Path("runs/x/checkpoints/step_00000030"), {"config": old.to_dict()}, new, Progress(step=30))
+
+
 # -- the decisions, replayed over a run's recorded history (no training) ---------------------------
 
 

@@ -51,7 +51,7 @@ CASES = {
         _truncate(f"{PRE_ANNEAL}/model.safetensors"), BY_HAND, fixes.restore(PRE_ANNEAL), PRE_ANNEAL,
     ),
     "pre_anneal's state.json corrupt": (
-        _write(f"{PRE_ANNEAL}/state.json", "{not json"), BY_HAND, fixes.force_rebuild("pretrain_stable"),
+        _write(f"{PRE_ANNEAL}/state.json", "{not json"), BY_HAND, fixes.restore(PRE_ANNEAL),
         PRE_ANNEAL,
     ),
     "pre_anneal gone": (_remove(PRE_ANNEAL), BY_HAND, fixes.rebuild("pretrain_stable"), PRE_ANNEAL),

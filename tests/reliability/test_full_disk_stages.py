@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import faults
 from tests.e2e import env, sh
 
 pytestmark = pytest.mark.integration
@@ -57,10 +58,6 @@ def tree(data: Path) -> dict[str, str]:
     }
 
 
-def namespaces_allowed() -> bool:
-    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"]).returncode == 0
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, smoke_repo):
     path = tmp_path_factory.mktemp("full-disk") / "repo"
@@ -85,7 +82,7 @@ def test_a_stage_out_of_room_says_so_in_one_line_and_keeps_every_file(repo, tmp_
         )  # fmt: skip
         returncode, after = out.returncode, tree(data)
     else:
-        if not namespaces_allowed():
+        if not faults.full_disk_allowed(tmp_path / "probe"):
             pytest.skip("this machine refuses user namespaces, so no tmpfs can be mounted as a full disk")
         disk = tmp_path / "disk"
         disk.mkdir()

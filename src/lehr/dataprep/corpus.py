@@ -15,7 +15,8 @@ than ``PIECE_CHARS`` is handed on in pieces cut just before a whitespace that st
 Byte-level BPE pre-tokenizes at exactly those places, so the pieces encode to the same tokens as
 the whole document would. Memory per document is therefore bounded by ``PIECE_CHARS``, except a
 single JSONL line or parquet cell, which is parsed whole (a JSON value cannot be parsed in pieces)
-and refused by name past ``MAX_RECORD_BYTES``.
+and refused by name past ``MAX_RECORD_BYTES``: a JSONL line before it is read whole, a parquet cell
+once Arrow has read it (Arrow reads a cell whole).
 """
 
 from __future__ import annotations

@@ -71,6 +71,9 @@ def _key(task: EncodeJob, tokenizer_sha: str, settings: Settings) -> str:
             "stream": task.stream,
             "files": task.files,
             "settings": dataclasses.asdict(settings),
+            # Parts capped before a cap ended a long document at the piece that reaches it kept it
+            # whole: they are not reused under today's rule.
+            **({"cap_rule": "ends a long document"} if settings.cap else {}),
         },
         sort_keys=True,
     )

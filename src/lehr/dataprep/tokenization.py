@@ -98,7 +98,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
-# Encoding holds ~100 bytes per character of a batch at once (a 40 MB text file's pieces, all in
+# Encoding holds ~60 bytes per character of a batch at once (a 40 MB text file's pieces, all in
 # one batch of 512 documents, peaked at 2.4 GB), so a batch closes at BATCH_CHARS characters as
 # well as at ``batch_size`` documents, and a long document or piece is encoded in parts of about
 # ENCODE_CHARS, which the cores share out. Both cut only where the pre-tokenizer splits anyway.

@@ -16,6 +16,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from lehr.errors import no_room
+
 log = logging.getLogger(__name__)
 _LEFTOVER = re.compile(r"^\.(tmp|old)-(.+)-(\d+)$")
 # The process's umask, read once at import (setting it to read it is not safe beside other threads).
@@ -124,21 +126,23 @@ def staged_dir(target: Path, keep_if_same: bool = False) -> Iterator[Path]:
 
 
 def copy_tree(src: Path, dst: Path, shown_as: Path | None = None) -> None:
-    """``shutil.copytree`` that stops at the first failed file and raises its OSError with its errno
-    and the file it was writing (named under ``shown_as``, the folder ``dst`` will become): copytree
-    gathers every failure into one ``shutil.Error`` of text tuples, which told a full disk from
-    nothing else (a list of "[Errno 27] File too large")."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for path in sorted(src.rglob("*")):
-        target = dst / path.relative_to(src)
-        try:
-            if path.is_dir():
-                target.mkdir(exist_ok=True)
-            else:
-                shutil.copy2(path, target)
-        except OSError as e:
-            raise OSError(e.errno, e.strerror, str((shown_as or dst) / path.relative_to(src))) from e
-    shutil.copystat(src, dst)
+    """``shutil.copytree`` (links followed, modes and times kept) that stops at the first file it
+    cannot write for want of room and raises that OSError, its errno kept and the file named as it
+    will be (under ``shown_as``, the folder ``dst`` becomes): copytree gathered every failure into
+    one ``shutil.Error`` of text tuples, which told a full disk from nothing else."""
+    for folder, _, files in os.walk(src, followlinks=True):
+        here = Path(folder)
+        (dst / here.relative_to(src)).mkdir(parents=True, exist_ok=True)
+        for name in sorted(files):
+            target = dst / here.relative_to(src) / name
+            try:
+                shutil.copy2(here / name, target)
+            except OSError as e:
+                if no_room(e) is None:
+                    raise
+                raise OSError(e.errno, e.strerror, str((shown_as or dst) / target.relative_to(dst))) from e
+    for folder, _, _ in os.walk(src, followlinks=True):  # after their files, which change their times
+        shutil.copystat(folder, dst / Path(folder).relative_to(src))
 
 
 def replace_dir(tmp: Path, dst: Path) -> None:

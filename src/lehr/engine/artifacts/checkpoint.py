@@ -119,8 +119,8 @@ def written_or_nothing(target: Path):
     # A full disk or a file-size limit reaches us as OSError from plain writes, RuntimeError from
     # torch's serializer ("unexpected pos") and SafetensorError from safetensors.
     except (OSError, RuntimeError, SafetensorError) as e:
+        cause = no_room(e, staged=sibling(target, "tmp"))  # judged by what the write left, so first
         shutil.rmtree(sibling(target, "tmp"), ignore_errors=True)
-        cause = no_room(e, target.parent)
         reason = cause or getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise CheckpointError(
             f"could not write {target}: {reason}. Nothing was replaced: the previous {target.name} in "

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lehr import fixes
+
 STATE = "state.json"
 STATE_SHA = "state.json.sha256"  # the state's own checksum: every other file's is inside the state
 
@@ -57,7 +59,9 @@ class State:
         except FileNotFoundError:
             raise FileNotFoundError(f"{folder} is not a checkpoint (no {STATE})") from None
         except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path} is unreadable ({e}): restore the checkpoint (dvc checkout)") from None
+            raise ValueError(
+                f"{path} is unreadable ({e}): restore the checkpoint (`{fixes.restore(folder)}`)"
+            ) from None
 
     @property
     def step(self) -> int:

@@ -151,14 +151,22 @@ class _Resume:
         return self.cfg.stop_rule is not None
 
     def ended(self) -> str | None:
-        """How the run ended, if it has: an early stop, or the stable phase's anneal start."""
-        prog = self.prog
+        """How the run ended, if it has: an early stop, the stable phase's anneal start, or the last
+        step of a run with a tail average (its weights are the average from then on). A run cut
+        short by ``end_step`` without one may go on: its weights are its last step's."""
+        prog, old = self.prog, self.old
         if prog.stopped:
             return f"it stopped at step {prog.step} under the old plan ({prog.stopped.replace('_', ' ')})"
         if self.stable and prog.anneal_start is not None and prog.step >= prog.anneal_start:
             return (
                 f"its stable phase ended at step {prog.step} under the old plan (the anneal start, "
                 f"{prog.anneal_reason}; its pre_anneal is of that step)"
+            )
+        old_end = old.get("end_step") if old.get("end_step") is not None else old.get("planned_steps")
+        if not self.stable and self.cfg.tail_steps and old_end is not None and prog.step >= old_end:
+            return (
+                f"it reached its end at step {prog.step} under the old plan, where its tail average went "
+                "into its weights"
             )
         return None
 
@@ -235,7 +243,11 @@ class _Resume:
             )
         until = f"to step {cfg.stop_rule.max_step} at most (auto-anneal decides)" if cfg.stop_rule else ""
         if ended := self.ended():
-            if (stop == prog.step) if prog.stopped else (new_start == prog.anneal_start):
+            if prog.stopped:
+                same = stop == prog.step
+            else:
+                same = new_start == prog.anneal_start if self.stable else end == prog.step
+            if same:
                 return f"the new plan ends it there too (step {prog.step})"
             ends = f"would end it at step {end}" if end is not None else f"would train on, {until}"
             raise self.refuse(self.changes, f"{ended}, and the new plan {ends}")

@@ -117,7 +117,8 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         raise checkpoint.CheckpointError(
             f"refusing to resume {path}: it was trained on shards of another tokenizer than {cfg.shards}. "
-            f"Restore those shards (`{fixes.restore(cfg.shards)}`), {fix}."
+            "Restore the shards it was trained on (check out the commit its state.json names, then "
+            f"`{fixes.restore(cfg.shards)}`), {fix}."
         )
     if state["math_hash"] != cfg.math_hash():
         keys = math_diff(state["config_math"], cfg.math_fields())

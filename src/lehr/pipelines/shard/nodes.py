@@ -6,6 +6,7 @@ import functools
 
 from tokenizers import Tokenizer
 
+from lehr import fixes
 from lehr.dataprep.builtin_tasks import documents, make_tasks
 from lehr.dataprep.params import ShardParams
 from lehr.dataprep.sharding import ShardSpec
@@ -41,7 +42,7 @@ def _check_tokenizer(token_streams: TokenStreams, tokenizer: Tokenizer) -> str:
             f"the tokenizer ({sha[:12]}) is not the one that encoded the token streams in "
             f"{token_streams.root} "
             f"({token_streams.tokenizer_sha256[:12]}): the tokenizer file was replaced after tokenize ran. "
-            f"Re-run the tokenize stage (dvc repro tokenize) so tokens and tokenizer match."
+            f"Re-run the tokenize stage (`{fixes.rebuild('tokenize')}`) so tokens and tokenizer match."
         )
     return sha
 
