@@ -113,6 +113,13 @@ def test_scale_benchmark_runs_the_real_stages_on_two_small_corpora():
     assert "tokenize peak 4 MB / 2 MB" in out and "ratio" in out
 
 
+def test_scale_benchmark_measures_one_text_file_of_one_line_at_two_sizes():
+    out = bench("bench/scale.py", "--one-file-mb", "1", "3")
+    rows = [line for line in out.splitlines() if line.startswith("one .txt line of")]
+    assert len(rows) == 2 and all("tokenize" in r and "peak PSS" in r for r in rows), out
+    assert "tokenize peak, one line of 3 MB / 1 MB" in out
+
+
 def test_lr_transfer_benchmark_sweeps_rungs_on_the_smoke_shards(smoke_shards):
     out = bench(
         "bench/lr_transfer.py",
