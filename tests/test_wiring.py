@@ -132,6 +132,7 @@ NO_EFFECT_ON_OUTPUTS = {
     "src/lehr/cli.py",
     "src/lehr/files/locks.py",
     "src/lehr/errors.py",
+    "src/lehr/fixes.py",  # the commands that error messages suggest
     "src/lehr/__init__.py",
 }
 

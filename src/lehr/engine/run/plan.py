@@ -154,7 +154,7 @@ class _Resume:
         """How the run ended, if it has: an early stop, the stable phase's anneal start, or the last
         step of a run with a tail average (its weights are the average from then on). A run cut
         short by ``end_step`` without one may go on: its weights are its last step's."""
-        prog, old = self.prog, self.old
+        prog = self.prog
         if prog.stopped:
             return f"it stopped at step {prog.step} under the old plan ({prog.stopped.replace('_', ' ')})"
         if self.stable and prog.anneal_start is not None and prog.step >= prog.anneal_start:
@@ -162,11 +162,12 @@ class _Resume:
                 f"its stable phase ended at step {prog.step} under the old plan (the anneal start, "
                 f"{prog.anneal_reason}; its pre_anneal is of that step)"
             )
-        old_end = old.get("end_step") if old.get("end_step") is not None else old.get("planned_steps")
-        if not self.stable and self.cfg.tail_steps and old_end is not None and prog.step >= old_end:
+        cfg = self.cfg
+        decay_end = None if cfg.anneal_start is None else cfg.anneal_start + cfg.anneal_steps
+        if not self.stable and cfg.tail_steps and decay_end is not None and prog.step >= decay_end:
             return (
-                f"it reached its end at step {prog.step} under the old plan, where its tail average went "
-                "into its weights"
+                f"it reached its decay's end at step {prog.step}, where its tail average went into its "
+                "weights"
             )
         return None
 
