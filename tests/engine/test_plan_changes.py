@@ -174,7 +174,7 @@ def test_a_run_that_ended_with_a_tail_average_is_not_trained_on_from_its_average
     )
     old, new = _config(end_step=40, **tailed), _config(end_step=60, **tailed)
     with pytest.raises(
-        CheckpointError, match=r"end_step 40 → 60\): it reached its decay's end at step 40, where its tail average"
+        CheckpointError, match=r"end_step 40 → 60\): it reached its decay's end at step 40, where its tail"
     ):
         settle(Path("runs/x/checkpoints/step_00000040"), {"config": old.to_dict()}, new, Progress(step=40))
     settle(Path("runs/x/checkpoints/step_00000030"), {"config": old.to_dict()}, new, Progress(step=30))
