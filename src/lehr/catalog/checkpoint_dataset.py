@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,9 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
             State.read(self._path)
         except ValueError:
             raise DatasetError(
-                f"{state_file(self._path)} is corrupt: restore it (`{fixes.restore(self._path)}`) or re-run "
-                f"{self._produced_by} (`{fixes.force_rebuild(self._produced_by)}`)"
+                f"{state_file(self._path)} is corrupt: restore it "
+                f"(`{fixes.restore(_from_here(self._path))}`) or re-run {self._produced_by} "
+                f"(`{fixes.force_rebuild(self._produced_by)}`)"
             ) from None
         return self._path
 
@@ -65,3 +67,10 @@ class CheckpointDataset(AbstractDataset[Path, Path]):
 
     def _describe(self) -> dict[str, Any]:
         return {"path": str(self._path)}
+
+
+def _from_here(path: Path) -> str:
+    """``path`` as a person types it where the command ran: relative inside the project (the
+    catalog holds it absolute)."""
+    inside = os.path.relpath(path)
+    return str(path) if inside.startswith("..") else inside
