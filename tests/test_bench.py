@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -140,7 +141,8 @@ def test_ladder_extrapolation_benchmark_trains_a_rung_past_the_committed_fit(smo
     assert (tmp_path / "rung-5.json").is_file()
 
 
-def test_parallel_queue_benchmark_runs_two_experiments_each_way_on_the_smoke_repo(smoke_repo, tmp_path):
+def bench_in_a_copy(smoke_repo, tmp_path, script: str, *args: str) -> tuple[Path, str]:
+    """The smoke repo copied and committed (its pipeline up to date), and ``script``'s output there."""
     import shutil
 
     from tests.e2e import env, sh
@@ -149,24 +151,41 @@ def test_parallel_queue_benchmark_runs_two_experiments_each_way_on_the_smoke_rep
     shutil.copytree(smoke_repo, repo, symlinks=True)
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "baseline", "--allow-empty")
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench/parallel_queue.py"),
-            "--project",
-            str(repo),
-            "--values",
-            "linear",
-            "cosine",
-        ],
-        cwd=repo,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    cmd = [sys.executable, str(ROOT / script), "--project", str(repo), *args]
+    out = subprocess.run(cmd, cwd=repo, env=env(), capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert re.search(r"ratio \(-j 2 / -j 1\):\s+\d\.\d{3}", out.stdout), out.stdout
-    assert "the anneal's figures identical" in out.stdout
+    return repo, out.stdout
+
+
+def test_parallel_queue_benchmark_runs_two_experiments_each_way_on_the_smoke_repo(smoke_repo, tmp_path):
+    from tests.e2e import sh
+
+    repo, out = bench_in_a_copy(
+        smoke_repo, tmp_path, "bench/parallel_queue.py", "--values", "linear", "cosine"
+    )
+    assert re.search(r"ratio \(-j 2 / -j 1\):\s+\d\.\d{3}", out), out
+    assert "the anneal's figures identical" in out
     assert sh(repo, "dvc", "exp", "list", "--name-only").stdout.strip() == ""  # the bench's own, removed
     assert not list((repo / "data/06_models/anneal_runs").glob("par-*"))  # and their rolling folders
+
+
+def test_speedrun_benchmark_times_two_commits_side_by_side_on_the_smoke_repo(smoke_repo, tmp_path):
+    from tests.e2e import sh
+
+    # The candidate logs more often: the same training, so the same bits per byte.
+    candidate = "conf/smoke/parameters_pretrain_stable.yml:pretrain.log_every=2"
+    args = ("--baseline", "HEAD", "--candidate", "HEAD", "-S", candidate, "--at-budget")
+    repo, out = bench_in_a_copy(smoke_repo, tmp_path, "bench/speedrun.py", *args)
+    assert "the default arm's own" in out  # the smoke profile has no committed figure
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.startswith(("default", "candidate"))
+    }
+    assert set(rows) >= {"default", "candidate*", "default-at-budget*"}, out
+    assert rows["default"][5] == rows["candidate*"][5]  # the same training, the same bits per byte
+    assert re.search(r"ratio \(candidate / default\): \d\.\d{3}: reaches the target", out), out
+    assert re.search(r"ratio \(default-at-budget / default\): \d\.\d{3}: ", out), out
+    assert not (repo / "build/speedrun/default").exists()  # its worktrees removed, its logs kept
+    assert len(list((repo / "build/speedrun/logs").glob("*.log"))) == 3
+    assert sh(repo, "git", "worktree", "list").stdout.count("\n") == 1

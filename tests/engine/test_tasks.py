@@ -48,10 +48,26 @@ def test_an_example_scores_the_same_alone_and_in_a_padded_batch(scorer):
         ("", "Hello"),
         ("x y", " z"),
     ]
-    batched = scorer.score(pairs)  # batches of 3 and 1, padded to their longest
+    batched = scorer.score(pairs)  # one batch, padded to its longest
     for pair, together in zip(pairs, batched):
         (alone,) = scorer.score([pair])
         assert alone.loglik == pytest.approx(together.loglik, abs=1e-5) and alone.greedy == together.greedy
+
+
+def test_the_choices_of_one_context_share_a_row_and_score_as_they_do_alone(scorer):
+    context = "The State of the Union is"
+    choices = [" strong", " a long speech about the budget", " x", " strong and growing"]
+    too_long = " ".join(["word"] * 2 * scorer.seq_len)  # cut to fit: it keeps a row of its own
+    pairs = [(context, c) for c in choices] + [(context, too_long), ("Another context", " y")]
+    encoded = [scorer.encode_pair(c, x) for c, x in pairs]
+    rows = scorer._rows(encoded)
+    assert sorted(len(row.scored) for row in rows) == [1, 1, 4]  # the four choices after one context
+    together = scorer.score(pairs)
+    for pair, got in zip(pairs, together):
+        (alone,) = scorer.score_tokens([scorer.encode_pair(*pair)])  # a single pair is never packed
+        assert got.loglik == pytest.approx(alone.loglik, rel=1e-6, abs=1e-5)
+        assert (got.greedy, got.truncated) == (alone.greedy, alone.truncated)
+    assert together[4].truncated and not any(s.truncated for s in together[:4])
 
 
 def test_a_context_longer_than_the_model_sees_is_cut_from_the_left_and_counted(scorer):
@@ -148,13 +164,15 @@ def test_eval_and_generate_give_the_same_on_a_checkpoint_and_its_exports(tiny_co
     capsys.readouterr()
     results, samples = {}, {}
     for name, folder in (("ckpt", final), ("plain", tmp_path / "plain"), ("hf", tmp_path / "hf")):
-        assert main(["eval", str(folder), "--task", str(FIXTURES / "last_word_cloze.jsonl")]) == 0
-        results[name] = json.loads(capsys.readouterr().out)
+        for task in ("last_word_cloze", "everyday_choice"):  # the choices share a row with their context
+            assert main(["eval", str(folder), "--task", str(FIXTURES / f"{task}.jsonl")]) == 0
+            results[name, task] = json.loads(capsys.readouterr().out)
         assert main(["generate", str(folder), "--max-tokens", "6", "--temperature", "0.01"]) == 0
         samples[name] = capsys.readouterr().out
     figures = {n: {k: v for k, v in r.items() if k not in ("task", "kind")} for n, r in results.items()}
     for name in ("plain", "hf"):
-        assert figures[name] == pytest.approx(figures["ckpt"], abs=1e-4)
+        for task in ("last_word_cloze", "everyday_choice"):
+            assert figures[name, task] == pytest.approx(figures["ckpt", task], abs=1e-4)
         assert samples[name] == samples["ckpt"]  # near-greedy: the same text from the same logits
 
 

@@ -195,7 +195,9 @@ class Attention(nn.Module):
             _drawn_later(nn.Linear, VE_GATE_CHANNELS, cfg.kv_heads, bias=False) if value_embed else None
         )
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None, mask: Tensor | None = None
+    ) -> Tensor:
         b, t, d = x.shape
         q = self.q_proj(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
         k, v = (
@@ -208,7 +210,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # SDPA picks flash / memory-efficient kernels on GPU and a fused CPU kernel otherwise.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.n_kv_head != self.n_head
+        )
         return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -241,8 +245,10 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = ReLU2(cfg) if cfg.mlp == "relu2" else SwiGLU(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, ve)
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None, mask: Tensor | None = None
+    ) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, ve, mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -289,27 +295,44 @@ class Transformer(nn.Module):
                 nn.init.uniform_(m.weight, 0.0, 0.02)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        logits = self.logits(self.hidden(idx))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    def hidden(self, idx: Tensor, positions: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """The normed last hidden state at every position: what the head reads. Evals call it and
+        then ``logits`` at the positions they score only (the head is a third of cpu-demo's work).
+
+        By default a row is one causal sequence. An eval may pack several into a row instead, with
+        each token's ``positions`` (batch, T) and a boolean ``mask`` (batch, 1, T, T) of what it
+        attends to: the choices of a question after their one shared context.
+        """
         t = idx.shape[1]
-        if t > self.cfg.seq_len:
-            raise ValueError(f"input of {t} tokens exceeds model.seq_len = {self.cfg.seq_len}")
-        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        if positions is None:
+            if t > self.cfg.seq_len:
+                raise ValueError(f"input of {t} tokens exceeds model.seq_len = {self.cfg.seq_len}")
+            cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        else:
+            cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
         x = x0 = self.embed(idx)
         for i, block in enumerate(self.blocks):
             if self.resid_scales is not None:
                 x = self.resid_scales[i] * x + self.x0_scales[i] * x0
             ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
             if self.checkpoint_blocks and torch.is_grad_enabled():  # keep only the block's input
-                x = checkpoint(block, x, cos, sin, ve, use_reentrant=False)
+                x = checkpoint(block, x, cos, sin, ve, mask, use_reentrant=False)
             else:
-                x = block(x, cos, sin, ve)
-        logits = self.lm_head(self.norm(x))
+                x = block(x, cos, sin, ve, mask)
+        return self.norm(x)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        logits = self.lm_head(hidden)
         if self.cfg.logit_softcap is not None:  # in fp32: tanh saturates early in bf16
             cap = self.cfg.logit_softcap
             logits = cap * torch.tanh(logits.float() / cap)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        return logits
 
     def num_parameters(self, non_embedding: bool = False) -> int:
         """Every parameter; ``non_embedding``: those a token's forward multiplies (not the lookups)."""

@@ -189,9 +189,9 @@ def _write_hf(checkpoint: Path, out: Path, tokenizer: Path) -> None:
 
 
 class ExportedHF(torch.nn.Module):
-    """A transformers causal LM (an ``--hf`` export) behind lehr's model interface, ``model(ids)
-    -> (logits, None)`` with ``cfg.seq_len`` and ``cfg.vocab_size``, so the task scorer and
-    ``generate`` take it as they take a checkpoint."""
+    """A transformers causal LM (an ``--hf`` export) behind lehr's model interface (``model(ids)
+    -> (logits, None)``, ``hidden``, ``logits``, ``cfg.seq_len`` and ``cfg.vocab_size``), so the task
+    scorer and ``generate`` take it as they take a checkpoint."""
 
     generate = Transformer.generate  # the same sampling, over this module's forward
 
@@ -204,6 +204,17 @@ class ExportedHF(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor):
         return self.hf(input_ids=ids).logits, None
+
+    def hidden(
+        self, ids: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """As ``Transformer.hidden``: transformers takes the positions and a 4-D boolean mask as is."""
+        return self.hf.get_decoder()(
+            input_ids=ids, position_ids=positions, attention_mask=mask
+        ).last_hidden_state
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.hf.get_output_embeddings()(hidden)
 
 
 def load_export(folder: Path, device: torch.device) -> torch.nn.Module:

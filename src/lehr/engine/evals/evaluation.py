@@ -35,6 +35,43 @@ class HeldOut:
         )
 
 
+# The tokens one eval forward pass takes (whole windows, at least micro_batch of them): bigger
+# passes than training's micro-batch, which holds activations for a backward, run the CPU's matmuls
+# nearer its peak. The head and its loss then go in slices of HEAD_TOKENS positions, so the logits
+# are never held for the whole pass (at a 4096 vocabulary they were 134 MB in fp32, written and
+# read again at memory speed).
+EVAL_TOKENS = 4096
+HEAD_TOKENS = 1024
+
+
+def windows_per_pass(seq_len: int, micro_batch: int) -> int:
+    return max(micro_batch, EVAL_TOKENS // seq_len)
+
+
+def token_nats(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each position's loss in nats (float32, shaped like ``targets``), the head in slices."""
+    hidden = model.hidden(inputs).flatten(0, 1)
+    flat = targets.reshape(-1)
+    nats = [
+        F.cross_entropy(
+            model.logits(hidden[i : i + HEAD_TOKENS]).float(), flat[i : i + HEAD_TOKENS], reduction="none"
+        )
+        for i in range(0, len(flat), HEAD_TOKENS)
+    ]
+    return torch.cat(nats).view_as(targets)
+
+
+def _window_nats(model: torch.nn.Module, windows: np.ndarray, hw: Hardware, micro_batch: int) -> torch.Tensor:
+    """Every window's summed loss in nats (float64, on the device: the caller reads it once)."""
+    step = windows_per_pass(windows.shape[1] - 1, micro_batch)
+    sums = []
+    for i in range(0, len(windows), step):
+        w = torch.from_numpy(windows[i : i + step]).to(hw.device)
+        with hw.compute():
+            sums.append(token_nats(model, w[:, :-1], w[:, 1:]).double().sum(-1))
+    return torch.cat(sums)
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int
@@ -49,13 +86,7 @@ def evaluate(
     out: dict[str, dict[str, float]] = {}
     nats_total, bytes_total, tokens_total = 0.0, 0.0, 0
     for name, windows in held.windows.items():
-        nats_t = torch.zeros((), device=hw.device, dtype=torch.float64)  # one host read per source
-        for i in range(0, len(windows), micro_batch):
-            w = torch.from_numpy(windows[i : i + micro_batch]).to(hw.device)
-            with hw.compute():
-                _, loss = model(w[:, :-1], w[:, 1:])
-            nats_t += loss.detach().double() * w[:, 1:].numel()
-        nats = nats_t.item()
+        nats = _window_nats(model, windows, hw, micro_batch).sum().item()  # one host read per source
         n_tokens = windows[:, 1:].size
         loss = nats / n_tokens
         out[name] = {
@@ -80,16 +111,10 @@ def window_nats(
     two models resamples (``lehr.reports.comparison``)."""
     was_training = model.training
     model.eval()
-    out = {}
-    for name, windows in held.windows.items():
-        parts = []
-        for i in range(0, len(windows), micro_batch):
-            w = torch.from_numpy(windows[i : i + micro_batch]).to(hw.device)
-            with hw.compute():
-                logits, _ = model(w[:, :-1])
-            nats = F.cross_entropy(logits.float().transpose(1, 2), w[:, 1:], reduction="none")
-            parts.append(nats.double().sum(-1))
-        out[name] = torch.cat(parts).cpu().numpy()
+    out = {
+        name: _window_nats(model, windows, hw, micro_batch).cpu().numpy()
+        for name, windows in held.windows.items()
+    }
     model.train(was_training)
     return out
 

@@ -133,6 +133,7 @@ class Run:
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
         self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
+        self.scorer: Scorer | None = None
         self.tokenizer = (
             Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json"))
             if cfg.sample_tokens or self.tasks
@@ -327,9 +328,10 @@ class Run:
                 **evaluate(model, self.held, self.hw, cfg.micro_batch),
             }
             if self.tasks:  # the first task_examples of each, so every eval scores the same ones
-                scorer = Scorer(model, self.tokenizer, self.hw.device, cfg.micro_batch)
+                if self.scorer is None or self.scorer.model is not model:  # it keeps the pairs' tokens
+                    self.scorer = Scorer(model, self.tokenizer, self.hw.device, cfg.micro_batch)
                 rec["tasks"] = {
-                    task.name: evaluate_task(scorer, task, cfg.task_examples) for task in self.tasks
+                    task.name: evaluate_task(self.scorer, task, cfg.task_examples) for task in self.tasks
                 }
             if cfg.sample_tokens:
                 rec["sample"] = sample_text(
@@ -352,7 +354,7 @@ class Run:
             prog.best_loss = rec["heldout"]["loss"]
         # Anneal runs keep their best weights by decide_by; the stable phase hands on pre_anneal.
         if cfg.stop_rule is None and prog.best_at(cfg.decide_by) == len(prog.evals) - 1:
-            self.saves.save(prog, self.guard, self.out_dir / "best")
+            self.save(self.out_dir / "best")
 
     def evaluate_and_decide(self) -> str | None:
         self.evaluate()
@@ -364,7 +366,7 @@ class Run:
         for policy in self.policies:
             policy.after_step(self.prog)
         if self.cfg.stop_rule and self.prog.step in self.cfg.stop_rule.keep:
-            self.saves.save(self.prog, self.guard, self.branch_point(self.prog.step))
+            self.save(self.branch_point(self.prog.step))
             self.log.info("branch point %s kept", self.branch_point(self.prog.step).name)
 
     def branch_point(self, step: int) -> Path:
@@ -402,8 +404,15 @@ class Run:
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def save_rolling(self) -> None:
-        self.saves.save(self.prog, self.guard)
+        self.save()
         self.log.restart_clock()  # the save's time is not training time
+
+    def save(self, target: Path | None = None) -> Path | None:
+        """A checkpoint (the rolling one, or at ``target``), its seconds in the run's timing record."""
+        began = time.perf_counter()
+        where = self.saves.save(self.prog, self.guard, target)
+        self.log.timed(self.prog.step, "save", time.perf_counter() - began)
+        return where
 
     # -- finish --------------------------------------------------------------------------------------
     def finish(self, stop: str | None, signal_name: str | None) -> dict:
@@ -416,7 +425,7 @@ class Run:
             self.evaluate()
         if stop != "signal":
             prog.stopped = stop  # kept, so that a rerun knows the run ended here
-        self.saves.save(prog, self.guard)
+        self.save()
         summary = self._summary(stop)
         self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
         if stop == "signal":
@@ -424,10 +433,10 @@ class Run:
                 "stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step
             )
         elif cfg.stop_rule and prog.step == prog.anneal_start:
-            summary["pre_anneal"] = str(self.saves.save(prog, self.guard, self.end_checkpoint()))
+            summary["pre_anneal"] = str(self.save(self.end_checkpoint()))
             log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
         else:
-            summary["final"] = str(self.saves.save(prog, self.guard, self.end_checkpoint()))
+            summary["final"] = str(self.save(self.end_checkpoint()))
         self.saves.wait()
         log.close()
         return summary

@@ -184,6 +184,13 @@ class RunLog:
         for cb in self.callbacks:
             cb([rec])
 
+    def timed(self, step: int, kind: str, seconds: float) -> None:
+        """Work that is neither a step nor an eval (a save): in the timing record only, so the run's
+        wall time holds it and its curves do not."""
+        if self.enabled:
+            with open(self.timing_path, "a") as f:
+                f.write(json.dumps({"step": step, "kind": kind, "seconds": seconds}) + "\n")
+
     def step(self, rec: dict) -> None:
         if not self.enabled:
             return
