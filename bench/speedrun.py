@@ -9,10 +9,10 @@ default against a candidate, side by side in one run (issue 53).
 Each arm is a commit, run from a git worktree of its own under build/speedrun/: the default is
 frozen as ``BASELINE`` (so that after a candidate is adopted, the baseline stays what it was), the
 candidate is a commit (HEAD by default) with ``-S`` settings on top. Each round runs every arm from
-a clean start, one after the other, in alternating order: the training stages' commands as the
-arm's dvc.yaml gives them (``pretrain_stable``, then ``anneal``), start-up included, on this
-checkout's stage inputs (shards and tasks), which each arm's dvc.lock must record as its own. DVC's
-hashing around the commands is left out: it is the same for every arm.
+a clean start, one after the other, in alternating order: the training stages as `dvc repro` runs
+them (``dvc repro --single-item --force pretrain_stable``, then ``anneal``: start-up, DVC's
+hashing and caching included), on this checkout's stage inputs (shards and tasks), which each
+arm's dvc.lock must record as its own.
 
 Quality is the final anneal model's held-out bits per byte on evaluate's 64 windows, scored by this
 checkout's code for every arm. The target is the committed default's (BASELINE's metrics.json) on
@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,7 +102,8 @@ def worktree(project: Path, ref: str, folder: Path) -> Path:
 
 
 def apply_settings(folder: Path, sets: tuple[str, ...]) -> None:
-    """``FILE:KEY.PATH=VALUE`` as `dvc exp run -S` takes it, VALUE read as YAML."""
+    """``FILE:KEY.PATH=VALUE`` as `dvc exp run -S` takes it, VALUE read as YAML; a key the file
+    lacks is added (lehr refuses one it does not know, by name, when the stage starts)."""
     for item in sets:
         try:
             file, rest = item.split(":", 1)
@@ -112,14 +114,15 @@ def apply_settings(folder: Path, sets: tuple[str, ...]) -> None:
                 "conf/base/parameters_pretrain_stable.yml:pretrain.lr=0.008"
             ) from None
         path = folder / file
+        if not path.is_file():
+            raise SystemExit(f"-S {item!r}: no file {file} at the candidate's commit")
         data = yaml.safe_load(path.read_text()) or {}
-        node, *parents = data, *key.split(".")[:-1]
-        for part in parents:
-            node = node.setdefault(part, {}) if isinstance(node, dict) else None
-        leaf = key.split(".")[-1]
-        if not isinstance(node, dict) or leaf not in node:
-            raise SystemExit(f"-S {item!r}: {file} has no key {key}")
-        node[leaf] = yaml.safe_load(value)
+        node = data
+        for part in key.split(".")[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SystemExit(f"-S {item!r}: {part} in {file} is not a mapping")
+        node[key.split(".")[-1]] = yaml.safe_load(value)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -130,11 +133,6 @@ def lock_outs(folder: Path, stage: str = "shard") -> dict[str, str]:
 
 def profile_of(folder: Path) -> str:
     return yaml.safe_load((folder / "conf/profile.yaml").read_text())["profile"]
-
-
-def stage_commands(folder: Path, profile: str) -> dict[str, str]:
-    stages = yaml.safe_load((folder / "dvc.yaml").read_text())["stages"]
-    return {s: stages[s]["cmd"].replace("${profile}", profile) for s in STAGES}
 
 
 def bring_inputs(project: Path, folder: Path, profile: str) -> None:
@@ -167,7 +165,7 @@ def only_child(folder: Path) -> Path:
 
 def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> Result:
     from lehr.engine.model import ModelConfig, Transformer
-    from lehr.paths import catalog_paths
+    from lehr.paths import branch_homes, catalog_paths
 
     folder = worktree(project, arm.ref, work / arm.name)
     apply_settings(folder, arm.sets)
@@ -185,19 +183,19 @@ def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> R
         "PYTHONPATH": str(folder / "src"),  # the arm's code, not this checkout's editable install
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "KEDRO_DISABLE_TELEMETRY": "1",
+        "DVC_NO_ANALYTICS": "1",
     }
     log = work / "logs" / f"{arm.name}-round{round_}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     seconds = {}
     with open(log, "w") as out:
-        for stage, cmd in stage_commands(folder, profile).items():
+        for stage in STAGES:
+            cmd = ["dvc", "repro", "--single-item", "--force", stage]
             began = time.perf_counter()
-            rc = subprocess.run(
-                cmd, shell=True, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT
-            ).returncode
+            rc = subprocess.run(cmd, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
             seconds[stage] = time.perf_counter() - began
             if rc != 0:
-                raise SystemExit(f"{arm.name}: `{cmd}` exited {rc}; its log: {log}")
+                raise SystemExit(f"{arm.name}: `{' '.join(cmd)}` exited {rc}; its log: {log}")
     paths = catalog_paths(folder, profile)
     runs = {"pretrain_stable": only_child(paths["stable_run"]), "anneal": only_child(paths["anneal_runs"])}
     clocks = {stage: timing_of(d) for stage, d in runs.items()}
@@ -207,7 +205,7 @@ def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> R
     }
     train_s = sum(c.get("train", 0.0) for c in clocks.values())
     tokens = sum(c["tokens"] for c in clocks.values())
-    final = only_child(paths["anneal"]) / "final"
+    final = only_child(branch_homes(folder, profile)[0]) / "final"  # the DVC anneal stage's home
     hw = resolve("auto", "auto", None)
     model = load_model(final, hw.device)
     shards = ShardSet(paths["shards"], model.cfg.vocab_size, model.cfg.seq_len)
@@ -272,6 +270,7 @@ def main() -> int:
         "--work", type=Path, default=None, help="where the worktrees and logs go (default: build/speedrun)"
     )
     args = ap.parse_args()
+    warnings.filterwarnings("ignore", category=UserWarning, module="kedro")  # at every catalog read
     project = args.project.resolve()
     work = (args.work or project / "build/speedrun").resolve()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -357,6 +356,8 @@ def report(arms: list[Arm], results: dict[str, list[Result]], peak: float) -> No
                 cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
             )
         )
+    print("  eval %, save %: of each stage's own time, stable/anneal; bf16 mm: the training steps' FLOP/s")
+    print("  over this CPU's bf16 matmul")
     for arm in arms:
         if arm.sets:
             print(f"  * {arm.name}: {', '.join(arm.sets)}")

@@ -174,7 +174,8 @@ def test_speedrun_benchmark_times_two_commits_side_by_side_on_the_smoke_repo(smo
 
     # The candidate logs more often: the same training, so the same bits per byte.
     candidate = "conf/smoke/parameters_pretrain_stable.yml:pretrain.log_every=2"
-    args = ("--baseline", "HEAD", "--candidate", "HEAD", "-S", candidate, "--at-budget")
+    # A budget of 0.8: the smoke profile keeps a branch point at step 20, past 60% of its steps.
+    args = ("--baseline", "HEAD", "--candidate", "HEAD", "-S", candidate, "--at-budget", "--budget", "0.8")
     repo, out = bench_in_a_copy(smoke_repo, tmp_path, "bench/speedrun.py", *args)
     assert "the default arm's own" in out  # the smoke profile has no committed figure
     rows = {
