@@ -14,10 +14,12 @@ them (``dvc repro --single-item --force pretrain_stable``, then ``anneal``: star
 hashing and caching included), on this checkout's stage inputs (shards and tasks), which each
 arm's dvc.lock must record as its own.
 
-Quality is the final anneal model's held-out bits per byte on evaluate's 64 windows, scored by this
-checkout's code for every arm. The target is the committed default's (BASELINE's metrics.json) on
-the local profile, else the default arm's own; bits per byte compare at the four digits reports
-print. A candidate that ends above the target is not a faster run, and is named so.
+Quality is the anneal branch's held-out bits per byte on evaluate's windows (64 per source), of
+the weights evaluate scores (final, or best after an early stop), measured by this checkout's code
+for every arm. The target is the committed default's (the default commit's metrics.json) on the
+local profile, else the default arm's own; bits per byte compare at the four digits reports print.
+A candidate that ends above the target is not a faster run, and is named so. A commit from
+before saves were timed shows its save share as n/a.
 
 Per arm (medians over rounds): each stage's seconds, tok/s of the training steps, the eval and
 checkpoint shares of each stage's time, and the share of this CPU's bf16 matmul the steps reach;
@@ -95,8 +97,8 @@ def worktree(project: Path, ref: str, folder: Path) -> Path:
                 f"{folder} exists and is not a speedrun worktree: remove it or pass --work elsewhere"
             )
         git(project, "worktree", "remove", "--force", str(folder))
-    git(project, "worktree", "prune")
-    git(project, "worktree", "add", "--detach", str(folder), ref)
+    # --force: a folder of ours deleted by hand is still registered; only that entry is replaced.
+    git(project, "worktree", "add", "--force", "--detach", str(folder), ref)
     (folder / MARKER).write_text("made by bench/speedrun.py; the next run replaces it\n")
     return folder
 
@@ -166,6 +168,7 @@ def only_child(folder: Path) -> Path:
 def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> Result:
     from lehr.engine.model import ModelConfig, Transformer
     from lehr.paths import branch_homes, catalog_paths
+    from lehr.stages.scoring import scored_weights
 
     folder = worktree(project, arm.ref, work / arm.name)
     apply_settings(folder, arm.sets)
@@ -199,41 +202,50 @@ def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> R
     paths = catalog_paths(folder, profile)
     runs = {"pretrain_stable": only_child(paths["stable_run"]), "anneal": only_child(paths["anneal_runs"])}
     clocks = {stage: timing_of(d) for stage, d in runs.items()}
+    # A commit from before saves were timed has no save records: its share is unknown, not 0.
     shares = {
-        stage: {kind: clocks[stage].get(kind, 0.0) / seconds[stage] for kind in ("eval", "save")}
+        stage: {
+            kind: clocks[stage][kind] / seconds[stage] for kind in ("eval", "save") if kind in clocks[stage]
+        }
         for stage in STAGES
     }
     train_s = sum(c.get("train", 0.0) for c in clocks.values())
     tokens = sum(c["tokens"] for c in clocks.values())
-    final = only_child(branch_homes(folder, profile)[0]) / "final"  # the DVC anneal stage's home
+    # What evaluate scores: the branch's final weights, or its best if it stopped early.
+    _, weights = scored_weights(only_child(branch_homes(folder, profile)[0]))
     hw = resolve("auto", "auto", None)
-    model = load_model(final, hw.device)
+    model = load_model(weights, hw.device)
     shards = ShardSet(paths["shards"], model.cfg.vocab_size, model.cfg.seq_len)
     held = HeldOut.build(shards.heldout(), model.cfg.seq_len, windows)
     bpb = evaluate(model, held, hw, micro_batch=8)["heldout"]["bpb"]
-    flops_per_token = Transformer(ModelConfig(**load_state(final)["config"]["model"])).flops_per_token()
+    flops_per_token = Transformer(ModelConfig(**load_state(weights)["config"]["model"])).flops_per_token()
     tok_s = tokens / train_s if train_s else 0.0
     return Result(seconds, bpb, tok_s, shares, tok_s * flops_per_token, log)
 
 
-def planned_steps(project: Path, ref: str, profile: str) -> tuple[str, int]:
-    """The params file that sets ``pretrain.planned_steps`` for ``profile`` at ``ref``, and its value."""
-    for file in (
-        f"conf/{profile}/parameters_pretrain_stable.yml",
-        "conf/base/parameters_pretrain_stable.yml",
-    ):
+def setting(project: Path, ref: str, profile: str, params: str, key: str) -> tuple[str, object]:
+    """The file that sets ``<params>.<key>`` for ``profile`` at ``ref`` (the profile's, else base's),
+    and its value."""
+    for file in (f"conf/{profile}/parameters_{params}.yml", f"conf/base/parameters_{params}.yml"):
         shown = subprocess.run(["git", "show", f"{ref}:{file}"], cwd=project, capture_output=True, text=True)
-        params = (yaml.safe_load(shown.stdout) or {}).get("pretrain") or {} if shown.returncode == 0 else {}
-        if "planned_steps" in params:
-            return file, params["planned_steps"]
-    raise SystemExit(f"no pretrain.planned_steps for the {profile} profile at {ref}")
+        section = (yaml.safe_load(shown.stdout) or {}).get(params) or {} if shown.returncode == 0 else {}
+        if key in section:
+            return file, section[key]
+    raise SystemExit(f"no {params}.{key} for the {profile} profile at {ref}")
 
 
-def target_of(project: Path, profile: str, measured_default: float) -> tuple[float, str]:
-    if profile == "local":
-        committed = json.loads(git(project, "show", f"{BASELINE}:{METRICS}"))
-        return committed["anneal"]["heldout"]["bpb"], f"the committed default's ({BASELINE[:10]}'s {METRICS})"
-    return measured_default, "the default arm's own (not the local profile: no committed figure)"
+def target_of(project: Path, default: Arm, profile: str, windows: int, measured: float) -> tuple[float, str]:
+    """The committed default's figure where it was measured as this bench measures (the local
+    profile, evaluate's windows), else the default arm's own."""
+    if (
+        profile == "local"
+        and windows == setting(project, default.ref, profile, "evaluate", "eval_windows")[1]
+    ):
+        committed = json.loads(git(project, "show", f"{default.ref}:{METRICS}"))
+        return committed["anneal"]["heldout"][
+            "bpb"
+        ], f"the committed default's ({default.ref[:10]}'s {METRICS})"
+    return measured, "the default arm's own (no committed figure measured this way)"
 
 
 def median(values: list[float]) -> float:
@@ -265,7 +277,7 @@ def main() -> int:
     ap.add_argument(
         "--at-budget", action="store_true", help="a third arm: the default with its steps cut to the budget"
     )
-    ap.add_argument("--windows", type=int, default=64, help="held-out windows per source scored (evaluate's)")
+    ap.add_argument("--windows", type=int, help="held-out windows per source scored (default: evaluate's)")
     ap.add_argument(
         "--work", type=Path, default=None, help="where the worktrees and logs go (default: build/speedrun)"
     )
@@ -279,22 +291,31 @@ def main() -> int:
         Arm("candidate", git(project, "rev-parse", args.candidate), tuple(args.sets)),
     ]
     profile = profile_of(project)
+    windows = args.windows or int(setting(project, arms[0].ref, profile, "evaluate", "eval_windows")[1])
     if args.at_budget:
-        file, planned = planned_steps(project, arms[0].ref, profile)
+        file, planned = setting(project, arms[0].ref, profile, "pretrain_stable", "planned_steps")
         cut = f"{file}:pretrain.planned_steps={round(planned * args.budget)}"
         arms.append(Arm("default-at-budget", arms[0].ref, (cut,)))
     peak = matmul_flops(torch.bfloat16, torch.device("cpu"), seconds=2.0)
     print(f"speedrun: {args.rounds} round(s), profile {profile}, {os.cpu_count()} cores; ", end="")
     print(f"this CPU's bf16 matmul: {peak / 1e9:.0f} GFLOP/s")
     results: dict[str, list[Result]] = {arm.name: [] for arm in arms}
-    for r in range(args.rounds):
-        for arm in arms if r % 2 == 0 else arms[::-1]:
-            res = run_arm(arm, project, work, args.windows, r + 1)
-            results[arm.name].append(res)
-            where = res.log.relative_to(work)
-            print(f"  round {r + 1} {arm.name}: {res.total:.1f} s, {res.bpb:.4f} bpb ({where})", flush=True)
-    target, source = target_of(project, profile, median([x.bpb for x in results["default"]]))
-    print(f"\ntarget: {target:.4f} held-out bits per byte on {args.windows} windows per source, {source}")
+    try:
+        for r in range(args.rounds):
+            for arm in arms if r % 2 == 0 else arms[::-1]:
+                res = run_arm(arm, project, work, windows, r + 1)
+                results[arm.name].append(res)
+                where = res.log.relative_to(work)
+                print(
+                    f"  round {r + 1} {arm.name}: {res.total:.1f} s, {res.bpb:.4f} bpb ({where})", flush=True
+                )
+    finally:  # the worktrees are ours and throwaway; the logs stay
+        for arm in arms:
+            if (work / arm.name / MARKER).is_file():
+                git(project, "worktree", "remove", "--force", str(work / arm.name))
+    measured = median([x.bpb for x in results["default"]])
+    target, source = target_of(project, arms[0], profile, windows, measured)
+    print(f"\ntarget: {target:.4f} held-out bits per byte on {windows} windows per source, {source}")
     report(arms, results, peak)
     default = median([x.total for x in results["default"]])
     for arm in arms[1:]:
@@ -308,9 +329,6 @@ def main() -> int:
         within = "within" if reached and total <= args.budget * default else "outside"
         print(f"ratio ({arm.name} / default): {total / default:.3f}: {verdict}; ", end="")
         print(f"{within} the budget of {args.budget:.0%} ({args.budget * default:.0f} s)")
-    for arm in arms:
-        if (work / arm.name / MARKER).is_file():
-            git(project, "worktree", "remove", "--force", str(work / arm.name))
     print(f"logs: {work / 'logs'}")
     return 0
 
@@ -334,7 +352,10 @@ def report(arms: list[Arm], results: dict[str, list[Result]], peak: float) -> No
         rs = results[arm.name]
 
         def shares(kind: str, rs: list[Result] = rs) -> str:
-            return "/".join(f"{100 * median([x.shares[s][kind] for x in rs]):.1f}" for s in STAGES)
+            return "/".join(
+                f"{100 * median([x.shares[s][kind] for x in rs]):.1f}" if kind in rs[0].shares[s] else "n/a"
+                for s in STAGES
+            )
 
         rows.append(
             (

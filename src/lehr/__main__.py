@@ -557,7 +557,12 @@ def _env_arg(p: argparse.ArgumentParser, default: str = "the one in force") -> N
 
 
 def _batch_size_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=int, default=16, help="examples scored at once")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        help="sequences of the model's context scored at once (a batch: at most this many x seq_len tokens)",
+    )
 
 
 # -- one builder per command --------------------------------------------------------------------

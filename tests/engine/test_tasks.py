@@ -70,6 +70,19 @@ def test_the_choices_of_one_context_share_a_row_and_score_as_they_do_alone(score
     assert together[4].truncated and not any(s.truncated for s in together[:4])
 
 
+def test_a_row_of_shared_context_is_no_longer_than_the_model_sees(scorer):
+    ctx = scorer.encode_pair("The State of the Union is", " x")[0]
+    choices = [[5 + i] * 10 for i in range(3 * scorer.seq_len // 10)]  # many more than one row holds
+    encoded = [(ctx, c) for c in choices] + [(ctx, [])]  # and one with nothing to score
+    rows = scorer._rows(encoded)
+    assert len(rows) > 2 and all(len(row.ids) <= scorer.seq_len for row in rows)
+    together = scorer.score_tokens(encoded)
+    for pair, got in zip(encoded[:-1], together):
+        (alone,) = scorer.score_tokens([pair])
+        assert got.loglik == pytest.approx(alone.loglik, rel=1e-6, abs=1e-5) and got.greedy == alone.greedy
+    assert together[-1] == Scored(0.0, True, False)  # an empty continuation: certain, as before
+
+
 def test_a_context_longer_than_the_model_sees_is_cut_from_the_left_and_counted(scorer):
     long = " ".join(["word"] * (4 * scorer.seq_len))
     (got,) = scorer.score([(long, " end")])

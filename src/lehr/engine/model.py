@@ -306,8 +306,8 @@ class Transformer(nn.Module):
         then ``logits`` at the positions they score only (the head is a third of cpu-demo's work).
 
         By default a row is one causal sequence. An eval may pack several into a row instead, with
-        each token's ``positions`` (batch, T) and a boolean ``mask`` (batch, 1, T, T) of what it
-        attends to: the choices of a question after their one shared context.
+        each token's ``positions`` (batch, T), each below ``seq_len``, and a boolean ``mask``
+        (batch, 1, T, T) of what it attends to: the choices of a question after their one context.
         """
         t = idx.shape[1]
         if positions is None:

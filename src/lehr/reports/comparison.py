@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lehr.engine.evals.evaluation import HeldOut, window_nats
+from lehr.engine.evals.evaluation import HeldOut, window_nats, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, Task, task_outcomes
 from lehr.engine.hardware import Hardware
 
@@ -86,7 +86,7 @@ def items_digest(held: HeldOut, tasks: list[Task]) -> str:
 def score(
     model: torch.nn.Module, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware, micro_batch: int
 ) -> Scored:
-    scorer = Scorer(model, tokenizer, hw.device, batch_size=micro_batch)
+    scorer = Scorer(model, tokenizer, hw.device, windows_per_pass(model.cfg.seq_len, micro_batch))
     return Scored(
         window_nats(model, held, hw, micro_batch),
         {t.name: task_outcomes(scorer, t)[0] for t in tasks},

@@ -16,7 +16,14 @@ from lehr import fixes
 from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.engine.batches import ShardSet
 from lehr.engine.dist import launch, shares
-from lehr.engine.evals.evaluation import HeldOut, evaluate, load_model, sample_text, unigram_bpb
+from lehr.engine.evals.evaluation import (
+    HeldOut,
+    evaluate,
+    load_model,
+    sample_text,
+    unigram_bpb,
+    windows_per_pass,
+)
 from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.engine.hardware import Hardware, resolve
 from lehr.files.atomic import sha256_file
@@ -178,7 +185,7 @@ def figures_of(model, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware,
     with torch.no_grad():
         figures = evaluate(model, held, hw, micro_batch=micro_batch)
     if tasks:
-        scorer = Scorer(model, tokenizer, hw.device, batch_size=micro_batch)
+        scorer = Scorer(model, tokenizer, hw.device, windows_per_pass(model.cfg.seq_len, micro_batch))
         figures["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
     return figures
 

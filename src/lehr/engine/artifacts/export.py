@@ -208,7 +208,13 @@ class ExportedHF(torch.nn.Module):
     def hidden(
         self, ids: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """As ``Transformer.hidden``: transformers takes the positions and a 4-D boolean mask as is."""
+        """As ``Transformer.hidden``. transformers takes a 4-D mask as is, and eager attention adds
+        it to the scores: so it goes as 0 where a token may attend and the dtype's minimum where not."""
+        if mask is not None:
+            dtype = self.hf.get_output_embeddings().weight.dtype
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(dtype).min
+            )
         return self.hf.get_decoder()(
             input_ids=ids, position_ids=positions, attention_mask=mask
         ).last_hidden_state

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lehr.engine.evals.evaluation import windows_per_pass
+from lehr.engine.evals.evaluation import HEAD_TOKENS
 from lehr.tokens import ENDOFTEXT
 
 
@@ -105,11 +105,12 @@ class Scorer:
     """Log-likelihoods of continuations under a model, in full precision: in bf16 a near tie goes
     the other way now and then (1 cloze example of 100 at one of the default run's 28 evals).
 
-    Continuations of one context (a question's choices) share a row: the context once, then each
-    continuation, attending to the context and to itself only, at the positions it would have
-    alone. Rows go longest first, in batches of about ``batch_size`` full windows' tokens, with
-    right padding. So a pair scores the same alone, packed or in any batch (up to rounding), and
-    the head runs at the continuations' positions only.
+    Continuations of one context (a question's choices) share a row, as many as fit the model's
+    context: the context once, then each continuation, attending to the context and to itself
+    only, at the positions it would have alone. Rows go longest first, in batches of at most
+    ``batch_size`` x ``seq_len`` tokens, with right padding. So a pair scores the same alone,
+    packed or in any batch (up to rounding), and the head runs at the continuations' positions only.
+    ``remember`` keeps each pair's tokens, for a caller that scores the same pairs again.
     """
 
     def __init__(
@@ -118,14 +119,17 @@ class Scorer:
         tokenizer,
         device: torch.device,
         batch_size: int = 16,
+        remember: bool = False,
     ):
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.seq_len = model.cfg.seq_len
-        self.batch_tokens = windows_per_pass(self.seq_len, batch_size) * self.seq_len
+        self.batch_tokens = batch_size * self.seq_len
         self.prefix = tokenizer.token_to_id(ENDOFTEXT)
-        self._encoded: dict[tuple[str, str], tuple[list[int], list[int]]] = {}  # a run's evals repeat pairs
+        self._encoded: dict[tuple[str, str], tuple[list[int], list[int]]] | None = {} if remember else None
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        if self._encoded is None:
+            return self._encode_pair(context, continuation)
         if (context, continuation) not in self._encoded:
             self._encoded[context, continuation] = self._encode_pair(context, continuation)
         return self._encoded[context, continuation]
@@ -159,15 +163,33 @@ class Scorer:
         return [scored[i] for i in range(len(encoded))]
 
     def _rows(self, encoded: list[tuple[list[int], list[int]]]) -> list[_Row]:
+        # Pairs that fit whole, grouped by their context; a pair cut to fit, or with nothing to
+        # score, keeps a row of its own.
         by_context: dict[tuple[int, ...], list[int]] = {}
         for i, (ctx, cont) in enumerate(encoded):
-            if len(ctx) + len(cont) <= self.seq_len + 1:  # a pair cut to fit keeps a row of its own
+            if cont and len(ctx) + len(cont) <= self.seq_len + 1:
                 by_context.setdefault(tuple(ctx), []).append(i)
-        shared = {ctx: pairs for ctx, pairs in by_context.items() if len(pairs) > 1}
-        alone = set(range(len(encoded))) - {i for pairs in shared.values() for i in pairs}
-        return [
-            _Row.shared(list(ctx), [(i, encoded[i][1]) for i in pairs]) for ctx, pairs in shared.items()
-        ] + [_Row.alone(i, *encoded[i], self.seq_len) for i in sorted(alone)]
+        rows, alone = [], set(range(len(encoded)))
+        for ctx, pairs in by_context.items():
+            for group in self._fitting(len(ctx), [(i, encoded[i][1]) for i in pairs]):
+                if len(group) > 1:
+                    rows.append(_Row.shared(list(ctx), group))
+                    alone -= {i for i, _ in group}
+        return rows + [_Row.alone(i, *encoded[i], self.seq_len) for i in sorted(alone)]
+
+    def _fitting(
+        self, context: int, continuations: list[tuple[int, list[int]]]
+    ) -> list[list[tuple[int, list[int]]]]:
+        """The continuations in runs that each fit one row of ``seq_len`` tokens after the context."""
+        groups: list[list[tuple[int, list[int]]]] = [[]]
+        length = context
+        for pair in continuations:
+            if groups[-1] and length + len(pair[1]) - 1 > self.seq_len:
+                groups.append([])
+                length = context
+            groups[-1].append(pair)
+            length += len(pair[1]) - 1
+        return groups
 
     def _batch(self, rows: list[_Row]) -> dict[int, Scored]:
         width = len(rows[0].ids)  # the longest comes first
@@ -176,8 +198,7 @@ class Scorer:
             x[r, : len(row.ids)] = torch.tensor(row.ids)
         positions = mask = None
         if any(row.segments for row in rows):
-            positions, mask = _packing(rows, width)
-            positions, mask = positions.to(self.device), mask.to(self.device)
+            positions, mask = (t.to(self.device) for t in _packing(rows, width))
         # Every prediction the batch scores, as flat lists of its row, its position and its target.
         rows_at, positions_at, target_list = [], [], []
         for r, row in enumerate(rows):
@@ -185,14 +206,15 @@ class Scorer:
                 rows_at += [r] * len(at)
                 positions_at += at
                 target_list += cont
-        targets = torch.tensor(target_list)
-        hidden = self.model.hidden(x.to(self.device), positions, mask)
-        scored_at = hidden[
-            torch.tensor(rows_at, device=self.device), torch.tensor(positions_at, device=self.device)
-        ]
-        logprobs = F.log_softmax(self.model.logits(scored_at).float(), dim=-1).cpu()
-        token_ll = logprobs.gather(1, targets[:, None])[:, 0]
-        hit = logprobs.argmax(-1) == targets
+        token_ll, hit = torch.zeros(0), torch.zeros(0, dtype=torch.bool)
+        if target_list:
+            hidden = self.model.hidden(x.to(self.device), positions, mask)
+            scored_at = hidden[
+                torch.tensor(rows_at, device=self.device), torch.tensor(positions_at, device=self.device)
+            ]
+            token_ll, hit = _target_logprobs(
+                self.model, scored_at, torch.tensor(target_list, device=self.device)
+            )
         out, at = {}, 0
         for row in rows:
             for pair, _, cont in row.scored:
@@ -200,6 +222,20 @@ class Scorer:
                 out[pair] = Scored(token_ll[part].sum().item(), bool(hit[part].all()), row.truncated)
                 at += len(cont)
         return out
+
+
+def _target_logprobs(
+    model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each target's log-probability and whether it is the argmax, the head in slices of
+    HEAD_TOKENS positions; only these two values per position go to the host."""
+    lls, hits = [], []
+    for i in range(0, len(targets), HEAD_TOKENS):
+        logprobs = F.log_softmax(model.logits(hidden[i : i + HEAD_TOKENS]).float(), dim=-1)
+        part = targets[i : i + HEAD_TOKENS]
+        lls.append(logprobs.gather(1, part[:, None])[:, 0])
+        hits.append(logprobs.argmax(-1) == part)
+    return torch.cat(lls).cpu(), torch.cat(hits).cpu()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from lehr.engine.artifacts.state import is_checkpoint
 from lehr.engine.batches import ShardSet
 from lehr.engine.config import TrainConfig
 from lehr.engine.dist import distributed, parallel
-from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text
+from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 from lehr.engine.hardware import memory_report, resolve
 from lehr.engine.run import plan, step, tail
@@ -328,8 +328,11 @@ class Run:
                 **evaluate(model, self.held, self.hw, cfg.micro_batch),
             }
             if self.tasks:  # the first task_examples of each, so every eval scores the same ones
-                if self.scorer is None or self.scorer.model is not model:  # it keeps the pairs' tokens
-                    self.scorer = Scorer(model, self.tokenizer, self.hw.device, cfg.micro_batch)
+                # One scorer while the model is the same object, so that each pair is tokenized
+                # once a run, not at every eval.
+                if self.scorer is None or self.scorer.model is not model:
+                    rows = windows_per_pass(cfg.model.seq_len, cfg.micro_batch)
+                    self.scorer = Scorer(model, self.tokenizer, self.hw.device, rows, remember=True)
                 rec["tasks"] = {
                     task.name: evaluate_task(self.scorer, task, cfg.task_examples) for task in self.tasks
                 }
@@ -405,13 +408,14 @@ class Run:
     # -- checkpoints ---------------------------------------------------------------------------------
     def save_rolling(self) -> None:
         self.save()
-        self.log.restart_clock()  # the save's time is not training time
 
     def save(self, target: Path | None = None) -> Path | None:
-        """A checkpoint (the rolling one, or at ``target``), its seconds in the run's timing record."""
+        """A checkpoint (the rolling one, or at ``target``), its seconds in the run's timing record
+        and not in the next steps' (the clock restarts)."""
         began = time.perf_counter()
         where = self.saves.save(self.prog, self.guard, target)
         self.log.timed(self.prog.step, "save", time.perf_counter() - began)
+        self.log.restart_clock()
         return where
 
     # -- finish --------------------------------------------------------------------------------------

@@ -55,8 +55,8 @@ def _read(path: Path) -> list[dict]:
 
 
 def timing(run_dir: Path) -> tuple[float | None, int | None]:
-    """(wall seconds, tokens per second) of a whole run from its ``timing.jsonl``: the steps and
-    evals every attempt kept, added up (a resumed run's, not only its last process's)."""
+    """(wall seconds, tokens per second) of a whole run from its ``timing.jsonl``: the steps, evals
+    and saves every attempt kept, added up (a resumed run's, not only its last process's)."""
     records = _read(run_dir / TIMING)
     timed = [r for r in records if r.get("seconds") is not None]
     trained = [r for r in timed if r["kind"] == "train" and r.get("tok_per_s")]
