@@ -56,6 +56,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # AVX512-BF16 machine (2026-12-05) and ended at 1.6879 held-out bits per byte.
 BASELINE = "66892395b7989426b9f62d098f5ec3fb9dfe58da"
 STAGES = ("pretrain_stable", "anneal")
+EPILOG = """On the 2-core CPU of docs/benchmarks.md a round of the default profile takes about 18 minutes
+(two arms of about 9), and --at-budget adds about 5. It needs this checkout's shard stage built
+(`make run`) and arms whose dvc.lock records the same shards. It leaves build/speedrun/logs/
+<arm>-round<N>.log (replaced by the next run); the worktrees are removed. A bad -S is found when
+its arm starts."""
 INPUTS = ("shards", "heldout_tasks")  # catalog entries the training stages read from the shard stage
 METRICS = "data/08_reporting/metrics.json"
 MARKER = ".speedrun-worktree"
@@ -254,13 +259,19 @@ def median(values: list[float]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument(
         "--project", type=Path, default=ROOT, help="the checkout whose git repo and stage inputs are used"
     )
-    ap.add_argument("--baseline", default=BASELINE, help="the default's commit (frozen: BASELINE)")
-    ap.add_argument("--candidate", default="HEAD", help="the candidate's commit or branch")
+    ap.add_argument("--baseline", default=BASELINE, help="the default's commit (default: %(default).10s)")
+    ap.add_argument(
+        "--candidate",
+        default="HEAD",
+        help="the candidate's commit or branch (default: %(default)s): commit a change first, or use -S",
+    )
     ap.add_argument(
         "-S",
         "--set",
@@ -270,9 +281,17 @@ def main() -> int:
         metavar="FILE:KEY=VALUE",
         help="a setting of the candidate's on top of its commit (repeat for more)",
     )
-    ap.add_argument("--rounds", type=int, default=1, help="each arm once per round, in alternating order")
     ap.add_argument(
-        "--budget", type=float, default=0.6, help="the candidate's time allowed, a fraction of the default's"
+        "--rounds",
+        type=int,
+        default=1,
+        help="each arm once a round, in alternating order (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=0.6,
+        help="the candidate's time allowed, of the default's (%(default)s)",
     )
     ap.add_argument(
         "--at-budget", action="store_true", help="a third arm: the default with its steps cut to the budget"
