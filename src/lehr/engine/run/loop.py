@@ -430,17 +430,18 @@ class Run:
         if stop != "signal":
             prog.stopped = stop  # kept, so that a rerun knows the run ended here
         self.save()
-        summary = self._summary(stop)
         self._report_epochs(range(0, prog.step), f"drawn by step {prog.step}", None)
+        end = {}
         if stop == "signal":
             log.info(
                 "stopped by %s at step %d; checkpoint saved, resume by running again", signal_name, prog.step
             )
         elif cfg.stop_rule and prog.step == prog.anneal_start:
-            summary["pre_anneal"] = str(self.save(self.end_checkpoint()))
+            end["pre_anneal"] = str(self.save(self.end_checkpoint()))
             log.info("pre_anneal saved at step %d (%s)", prog.step, prog.anneal_reason)
         else:
-            summary["final"] = str(self.save(self.end_checkpoint()))
+            end["final"] = str(self.save(self.end_checkpoint()))
+        summary = {**self._summary(stop), **end}  # after the last save: its time is the run's too
         self.saves.wait()
         log.close()
         return summary
