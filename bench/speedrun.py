@@ -228,15 +228,16 @@ def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> R
     return Result(seconds, bpb, tok_s, shares, tok_s * flops_per_token, log)
 
 
-def setting(project: Path, ref: str, profile: str, params: str, key: str) -> tuple[str, object]:
-    """The file that sets ``<params>.<key>`` for ``profile`` at ``ref`` (the profile's, else base's),
-    and its value."""
-    for file in (f"conf/{profile}/parameters_{params}.yml", f"conf/base/parameters_{params}.yml"):
+def setting(project: Path, ref: str, profile: str, stage: str, key: str) -> tuple[str, object]:
+    """The file that sets ``key`` (section.name) of ``stage``'s params for ``profile`` at ``ref``
+    (the profile's file, else base's), and its value."""
+    section, name = key.split(".")
+    for file in (f"conf/{profile}/parameters_{stage}.yml", f"conf/base/parameters_{stage}.yml"):
         shown = subprocess.run(["git", "show", f"{ref}:{file}"], cwd=project, capture_output=True, text=True)
-        section = (yaml.safe_load(shown.stdout) or {}).get(params) or {} if shown.returncode == 0 else {}
-        if key in section:
-            return file, section[key]
-    raise SystemExit(f"no {params}.{key} for the {profile} profile at {ref}")
+        params = (yaml.safe_load(shown.stdout) or {}).get(section) or {} if shown.returncode == 0 else {}
+        if name in params:
+            return file, params[name]
+    raise SystemExit(f"no {key} in parameters_{stage}.yml for the {profile} profile at {ref}")
 
 
 def target_of(project: Path, default: Arm, profile: str, windows: int, measured: float) -> tuple[float, str]:
@@ -244,7 +245,7 @@ def target_of(project: Path, default: Arm, profile: str, windows: int, measured:
     profile, evaluate's windows), else the default arm's own."""
     if (
         profile == "local"
-        and windows == setting(project, default.ref, profile, "evaluate", "eval_windows")[1]
+        and windows == setting(project, default.ref, profile, "evaluate", "evaluate.eval_windows")[1]
     ):
         committed = json.loads(git(project, "show", f"{default.ref}:{METRICS}"))
         return committed["anneal"]["heldout"][
@@ -310,9 +311,11 @@ def main() -> int:
         Arm("candidate", git(project, "rev-parse", args.candidate), tuple(args.sets)),
     ]
     profile = profile_of(project)
-    windows = args.windows or int(setting(project, arms[0].ref, profile, "evaluate", "eval_windows")[1])
+    windows = args.windows or int(
+        setting(project, arms[0].ref, profile, "evaluate", "evaluate.eval_windows")[1]
+    )
     if args.at_budget:
-        file, planned = setting(project, arms[0].ref, profile, "pretrain_stable", "planned_steps")
+        file, planned = setting(project, arms[0].ref, profile, "pretrain_stable", "pretrain.planned_steps")
         cut = f"{file}:pretrain.planned_steps={round(planned * args.budget)}"
         arms.append(Arm("default-at-budget", arms[0].ref, (cut,)))
     peak = matmul_flops(torch.bfloat16, torch.device("cpu"), seconds=2.0)
