@@ -21,8 +21,12 @@ local profile, else the default arm's own; bits per byte compare at the four dig
 A candidate that ends above the target is not a faster run, and is named so. A commit from
 before saves were timed shows its save share as n/a.
 
-Per arm (medians over rounds): each stage's seconds, tok/s of the training steps, the eval and
-checkpoint shares of each stage's time, and the share of this CPU's bf16 matmul the steps reach;
+Each arm's round compiles into an empty torch cache (``TORCHINDUCTOR_CACHE_DIR`` under
+build/speedrun/inductor/): a compiled stable stage pays its compile as on a fresh machine, and the
+anneal reuses it, as a fresh clone's `make run` does.
+
+Per arm (medians over rounds): each stage's seconds, tok/s of the training steps, the eval,
+checkpoint and compile shares of each stage's time, and the share of this CPU's bf16 matmul the steps reach;
 then the candidate's time over the default's, against the budget (``--budget``: 60%). With
 ``--at-budget``, a third arm runs the default with its planned steps cut to the budget: what plain
 truncation reaches in that time.
@@ -59,8 +63,8 @@ STAGES = ("pretrain_stable", "anneal")
 EPILOG = """On the 2-core CPU of docs/benchmarks.md a round of the default profile takes about 18 minutes
 (two arms of about 9), and --at-budget adds about 5. It needs this checkout's shard stage built
 (`make run`) and arms whose dvc.lock records the same shards. It leaves build/speedrun/logs/
-<arm>-round<N>.log (replaced by the next run); the worktrees are removed. A bad -S is found when
-its arm starts."""
+<arm>-round<N>.log (replaced by the next run); the worktrees and compile caches are removed. A
+bad -S is found when its arm starts."""
 INPUTS = ("shards", "heldout_tasks")  # catalog entries the training stages read from the shard stage
 METRICS = "data/08_reporting/metrics.json"
 MARKER = ".speedrun-worktree"
@@ -192,6 +196,9 @@ def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> R
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "KEDRO_DISABLE_TELEMETRY": "1",
         "DVC_NO_ANALYTICS": "1",
+        # An empty compile cache for each arm's round: the stable stage compiles as on a fresh
+        # machine, and the anneal reuses what it compiled, as a fresh clone's `make run` does.
+        "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor" / f"{arm.name}-round{round_}"),
     }
     log = work / "logs" / f"{arm.name}-round{round_}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -207,11 +214,14 @@ def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> R
     paths = catalog_paths(folder, profile)
     runs = {"pretrain_stable": only_child(paths["stable_run"]), "anneal": only_child(paths["anneal_runs"])}
     clocks = {stage: timing_of(d) for stage, d in runs.items()}
-    # A commit from before saves were timed has no save records: its share is unknown, not 0.
+    # A commit from before saves were timed has no save records: its share is unknown, not 0. A
+    # compile record is the first step of a compiled run; without one the run compiled nothing
+    # (or its first log window holds the compile: commits from before it was timed).
     shares = {
         stage: {
             kind: clocks[stage][kind] / seconds[stage] for kind in ("eval", "save") if kind in clocks[stage]
         }
+        | {"compile": clocks[stage].get("compile", 0.0) / seconds[stage]}
         for stage in STAGES
     }
     train_s = sum(c.get("train", 0.0) for c in clocks.values())
@@ -331,10 +341,11 @@ def main() -> int:
                 print(
                     f"  round {r + 1} {arm.name}: {res.total:.1f} s, {res.bpb:.4f} bpb ({where})", flush=True
                 )
-    finally:  # the worktrees are ours and throwaway; the logs stay
+    finally:  # the worktrees and compile caches are ours and throwaway; the logs stay
         for arm in arms:
             if (work / arm.name / MARKER).is_file():
                 git(project, "worktree", "remove", "--force", str(work / arm.name))
+        shutil.rmtree(work / "inductor", ignore_errors=True)
     measured = median([x.bpb for x in results["default"]])
     target, source = target_of(project, arms[0], profile, windows, measured)
     print(f"\ntarget: {target:.4f} held-out bits per byte on {windows} windows per source, {source}")
@@ -367,6 +378,7 @@ def report(arms: list[Arm], results: dict[str, list[Result]], peak: float) -> No
         "tok/s",
         "eval %",
         "save %",
+        "compile %",
         "bf16 mm",
     )
     rows = [columns]
@@ -389,6 +401,7 @@ def report(arms: list[Arm], results: dict[str, list[Result]], peak: float) -> No
                 f"{median([x.tok_s for x in rs]):,.0f}",
                 shares("eval"),
                 shares("save"),
+                shares("compile"),
                 f"{median([x.flop_s for x in rs]) / peak:.1%}",
             )
         )
@@ -399,8 +412,8 @@ def report(arms: list[Arm], results: dict[str, list[Result]], peak: float) -> No
                 cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
             )
         )
-    print("  eval %, save %: of each stage's own time, stable/anneal; bf16 mm: the training steps' FLOP/s")
-    print("  over this CPU's bf16 matmul")
+    print("  eval %, save %, compile %: of each stage's own time, stable/anneal; bf16 mm: the training")
+    print("  steps' FLOP/s (a compiling first step left out) over this CPU's bf16 matmul")
     for arm in arms:
         if arm.sets:
             print(f"  * {arm.name}: {', '.join(arm.sets)}")

@@ -12,7 +12,8 @@ lehr's N-process tok/s with Muon's orthogonalisation shared against redundant
 >= 1.1x on a 2-core CPU).
 
     python bench/train_loop.py [--optimizer adamw]               # CPU, cpu-demo preset
-    python bench/train_loop.py --preset gpt2-small --device cuda --precision bf16 [--compile]
+    python bench/train_loop.py --no-compile                      # eager (compiled is the default)
+    python bench/train_loop.py --preset gpt2-small --device cuda --precision bf16
     python bench/train_loop.py --processes 2 [--parallel fsdp]
 """
 
@@ -228,7 +229,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto")
-    p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--attention", default="auto", help="SDPA kernel: auto | flash | efficient | cudnn | math")
     p.add_argument("--parallel", default="ddp", help="ddp | fsdp (FSDP2; over one process: one shard)")
     p.add_argument("--processes", type=int, default=1, help="> 1: shared vs redundant Muon across them")

@@ -187,6 +187,7 @@ def tiny_config(smoke_shards, tmp_path):
             # Not auto: the golden losses and the tolerances against a reference are fp32's on
             # every CPU; bf16 (auto's pick on CPUs with bf16 instructions) has tests of its own.
             precision="fp32",
+            compile=False,  # tests do not pay compile time; the compiled path has its own
         )
         return TrainConfig(**{**base, **overrides})
 

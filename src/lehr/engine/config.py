@@ -216,7 +216,7 @@ class HardwareConfig(Part):
 
     # auto: bf16 (fp16 on GPUs without it); on a CPU bf16 where it has bf16 instructions, else fp32
     precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = "auto"
-    compile: bool = setting(False, resumable=True)  # torch.compile the training step
+    compile: bool = setting(True, resumable=True)  # torch.compile the training step (docs/benchmarks.md)
     # SDPA kernel; auto = PyTorch picks (same math)
     attention: Literal[("auto", *ATTENTION)] = setting("auto", resumable=True)
     device: Literal["auto", "cpu", "cuda"] = setting("auto", resumable=True)

@@ -147,6 +147,24 @@ def _probe_attention(hw: Hardware) -> None:
         ) from e
 
 
+def compiled(model: torch.nn.Module, hw: Hardware) -> torch.nn.Module:
+    """``model`` under ``torch.compile``, which compiles on the first step. On a CPU it builds C++
+    kernels, so a machine without a C++ compiler is told so here, not by a traceback from inside
+    the first step."""
+    if hw.device.type == "cpu":
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as e:  # torch's InvalidCxxCompiler, or whatever its search raises
+            raise ValueError(
+                f"compile: true builds C++ kernels on a CPU, and no C++ compiler was found "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}). Install one (e.g. apt "
+                "install g++, or set CXX to its path), or set compile: false."
+            ) from e
+    return torch.compile(model)
+
+
 def memory_report(device: torch.device) -> str | None:
     """The GPU's memory now and at its peak; None on a CPU (no allocator to ask)."""
     if device.type != "cuda":

@@ -316,16 +316,26 @@ class Transformer(nn.Module):
             cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         else:
             cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
-        x = x0 = self.embed(idx)
+        x0, value_embeds = self._lookups(idx)
+        x = x0
         for i, block in enumerate(self.blocks):
             if self.resid_scales is not None:
                 x = self.resid_scales[i] * x + self.x0_scales[i] * x0
-            ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
+            ve = value_embeds.get(i)
             if self.checkpoint_blocks and torch.is_grad_enabled():  # keep only the block's input
                 x = checkpoint(block, x, cos, sin, ve, mask, use_reentrant=False)
             else:
                 x = block(x, cos, sin, ve, mask)
         return self.norm(x)
+
+    @torch.compiler.disable
+    def _lookups(self, idx: Tensor) -> tuple[Tensor, dict[int, Tensor]]:
+        """The token embeddings and each layer's value embeddings, always run eagerly: inductor's CPU
+        code for a lookup's backward adds each token's gradient into its row with atomics from every
+        thread, so the sums' order, and a run's bits, change from one run to the next; eager's
+        backward adds them in one order. Outside the compiled graph, a compiled run repeats itself
+        (a fresh clone's ``dvc repro`` gives the committed lock) at the cost of one graph break."""
+        return self.embed(idx), {int(layer): table(idx) for layer, table in self.value_embeds.items()}
 
     def logits(self, hidden: Tensor) -> Tensor:
         logits = self.lm_head(hidden)

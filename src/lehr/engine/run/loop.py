@@ -22,7 +22,7 @@ from lehr.engine.config import TrainConfig
 from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
-from lehr.engine.hardware import memory_report, resolve
+from lehr.engine.hardware import compiled, memory_report, resolve
 from lehr.engine.run import plan, step, tail
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
@@ -130,7 +130,8 @@ class Run:
         self._announce()
         # The model a step runs: sharded in place under FSDP, wrapped by DDP otherwise.
         self.model = core if parallel.is_sharded(core) else parallel.replicate(core, self.hw, dist.world)
-        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        self.forward = compiled(self.model, self.hw) if cfg.compile else self.model
+        self.compiling = cfg.compile  # until the first step, which compiles
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
         self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
         self.scorer: Scorer | None = None
@@ -251,6 +252,7 @@ class Run:
     # -- one step ----------------------------------------------------------------------------------
     def step(self) -> step.StepResult:
         cfg, trainee, s = self.cfg, self.trainee, self.prog.step
+        began = time.perf_counter()
         lr = plan.step_lr(cfg, s, self.anneal_start)
         optim.set_lr(trainee.optimizer, lr)
         batches = trainee.stream.next_batches(
@@ -275,6 +277,17 @@ class Run:
         ):
             tail.add(trainee.model, trainee.optimizer)
         self.log.stepped(cfg.rows(s) * cfg.model.seq_len)
+        if self.compiling:  # timed apart, as a save is, so that no log window's tok/s holds it
+            self.compiling = False
+            seconds = time.perf_counter() - began
+            self.log.timed(self.prog.step, "compile", seconds)
+            self.log.info(
+                "step %d compiled the model (torch.compile) and ran in %.1f s; torch's cache keeps "
+                "the compiled step for the next run of this shape on this machine",
+                self.prog.step,
+                seconds,
+            )
+            self.log.restart_clock()
         return step.StepResult(loss, grad_norm, lr)
 
     # -- the sync point: the host reads the device, once ---------------------------------------
