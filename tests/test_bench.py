@@ -7,6 +7,7 @@ They test the benchmarks, not lehr: `make bench-check` runs them and `make test`
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -190,3 +191,22 @@ def test_speedrun_benchmark_times_two_commits_side_by_side_on_the_smoke_repo(smo
     assert not (repo / "build/speedrun/default").exists()  # its worktrees removed, its logs kept
     assert len(list((repo / "build/speedrun/logs").glob("*.log"))) == 3
     assert sh(repo, "git", "worktree", "list").stdout.count("\n") == 1
+
+
+def test_gpu_line_runs_its_steps_on_a_cpu(smoke_shards, tmp_path):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    cloze = {"context": "the people of the", "target": " nation"}
+    choice = {"context": "We met.", "choices": [" It rained.", " We spoke."], "label": 1}
+    (tasks / "cloze.jsonl").write_text(json.dumps(cloze) + "\n")
+    (tasks / "choice.jsonl").write_text(json.dumps(choice) + "\n")
+    out = bench(
+        "bench/gpu_line.py",
+        *("--presets", "tiny", "--device", "cpu", "--tokens", "8192", "--eval-every", "8"),
+        *("--eval-windows", "2", "--shards", str(smoke_shards), "--tasks", str(tasks)),
+    )
+    pattern = (
+        r"tiny: 16 steps, 8,192 tokens in [\d.]+ s on \w+ \(\w+, FSDP2, Muon\): [\d,]+ tok/s, "
+        r"[\d.]+% of this device's bf16 matmul; 2 evals [\d.]+% of the time, compiling [\d.]+%"
+    )
+    assert re.search(pattern, out), out

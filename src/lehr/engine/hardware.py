@@ -6,6 +6,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import os
+import shutil
 import sys
 import warnings
 from dataclasses import dataclass
@@ -147,22 +149,30 @@ def _probe_attention(hw: Hardware) -> None:
         ) from e
 
 
-def compiled(model: torch.nn.Module, hw: Hardware) -> torch.nn.Module:
-    """``model`` under ``torch.compile``, which compiles on the first step. On a CPU it builds C++
-    kernels, so a machine without a C++ compiler is told so here, not by a traceback from inside
-    the first step."""
+def check_compiler(hw: Hardware) -> None:
+    """Under ``compile: true`` the first step builds kernels with the machine's compiler: C++ by
+    inductor on a CPU, Triton's C launcher on a GPU (its own search: ``CC``, gcc, clang). A
+    machine without one is refused at start, naming the fix, rather than by a traceback from
+    inside that step."""
     if hw.device.type == "cpu":
         from torch._inductor import cpp_builder
 
         try:
             cpp_builder.get_cpp_compiler()
+            return
         except Exception as e:  # torch's InvalidCxxCompiler, or whatever its search raises
-            raise ValueError(
-                f"compile: true builds C++ kernels on a CPU, and no C++ compiler was found "
-                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}). Install one (e.g. apt "
-                "install g++, or set CXX to its path), or set compile: false."
-            ) from e
-    return torch.compile(model)
+            found = str(e).splitlines()[0] if str(e) else type(e).__name__
+            cause: Exception | None = e
+    elif any(shutil.which(c) for c in (os.environ.get("CC"), "gcc", "clang") if c):
+        return
+    else:
+        found, cause = "CC is unset, and neither gcc nor clang is on PATH", None
+    kind = "C++" if hw.device.type == "cpu" else "C"
+    raise ValueError(
+        f"compile: true builds kernels on {hw.name}, and no {kind} compiler was found ({found}). "
+        f"Install one (e.g. apt install {'g++' if kind == 'C++' else 'gcc'}, or set "
+        f"{'CXX' if kind == 'C++' else 'CC'} to its path), or set compile: false."
+    ) from cause
 
 
 def memory_report(device: torch.device) -> str | None:

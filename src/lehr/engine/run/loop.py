@@ -22,7 +22,7 @@ from lehr.engine.config import TrainConfig
 from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
-from lehr.engine.hardware import compiled, memory_report, resolve
+from lehr.engine.hardware import check_compiler, memory_report, resolve
 from lehr.engine.run import plan, step, tail
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
@@ -78,6 +78,8 @@ class Run:
     def __init__(self, cfg: TrainConfig, dist: distributed.Dist, callbacks: list):
         self.cfg, self.dist = cfg, dist
         self.hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention)
+        if cfg.compile:
+            check_compiler(self.hw)
         # Before any work: a run that cannot fit its GPU's free memory is refused, naming what would fit.
         self.memory = memory.check_fits(
             cfg.model,
@@ -130,8 +132,8 @@ class Run:
         self._announce()
         # The model a step runs: sharded in place under FSDP, wrapped by DDP otherwise.
         self.model = core if parallel.is_sharded(core) else parallel.replicate(core, self.hw, dist.world)
-        self.forward = compiled(self.model, self.hw) if cfg.compile else self.model
-        self.compiling = cfg.compile  # until the first step, which compiles
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        self.first_step_compiles = cfg.compile
         self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
         self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
         self.scorer: Scorer | None = None
@@ -277,8 +279,10 @@ class Run:
         ):
             tail.add(trainee.model, trainee.optimizer)
         self.log.stepped(cfg.rows(s) * cfg.model.seq_len)
-        if self.compiling:  # timed apart, as a save is, so that no log window's tok/s holds it
-            self.compiling = False
+        if self.first_step_compiles:  # timed apart, as a save is, so that no log window's tok/s holds it
+            self.first_step_compiles = False
+            if self.hw.device.type == "cuda":
+                torch.cuda.synchronize()  # the step's kernels too, not only its compiling
             seconds = time.perf_counter() - began
             self.log.timed(self.prog.step, "compile", seconds)
             self.log.info(

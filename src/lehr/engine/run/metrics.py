@@ -126,7 +126,9 @@ class RunLog:
         """The log line of ``step`` and its record, with the rates of the steps since the last one."""
         seconds = time.perf_counter() - self.since
         rate = self.throughput
-        mfu = rate.flops_per_token * self.tokens / seconds / rate.peak_flops if rate.peak_flops else None
+        # No tokens: this log step was the one that compiled, whose time is recorded apart.
+        tok_per_s = self.tokens / seconds if self.tokens else None
+        mfu = tok_per_s * rate.flops_per_token / rate.peak_flops if tok_per_s and rate.peak_flops else None
         # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
         self.step(
             {
@@ -135,7 +137,7 @@ class RunLog:
                 "loss": loss,
                 "lr": lr,
                 "grad_norm": grad_norm,
-                "tok_per_s": self.tokens / seconds,
+                "tok_per_s": tok_per_s,
                 "mfu": mfu,
                 "tokens": tokens,
                 "mem": mem,
@@ -198,7 +200,8 @@ class RunLog:
         # MFU needs the device's peak FLOPs and mem a GPU's allocator: a CPU run shows neither.
         line = (
             f"step {rec['step']:>6} | loss {rec['loss']:.4f} | lr {rec['lr']:.2e} | gnorm "
-            f"{rec['grad_norm']:.3f} | {rec['tok_per_s']:,.0f} tok/s"
+            f"{rec['grad_norm']:.3f} | "
+            + (f"{rec['tok_per_s']:,.0f} tok/s" if rec["tok_per_s"] is not None else "compiled")
             + (f" | mfu {rec['mfu']:.1%}" if rec.get("mfu") is not None else "")
             + (f" | mem {rec['mem']}" if rec.get("mem") else "")
         )
