@@ -8,7 +8,7 @@
 # engine's CUDA checks (host syncs per log interval, exact resume, the non-finite guard); then FSDP2
 # runs of gpt2-small with and without activation checkpointing, and of the ~1B llama-1b preset
 # with Muon and with AdamW; then the GPU line (bench/gpu_line.py, alone in <= 8 minutes): the
-# project's shards and tasks (data/04_feature, ~9 MB: carry it) trained at a fixed token budget by
+# project's shards and tasks (data/04_feature, ~9 MB: copy it to the GPU machine) trained at a fixed token budget by
 # llama-350m and llama-1b under FSDP2 with Muon, compiled, evals included: tok/s, MFU, eval share.
 # FP8 needs torchao; on a machine without a package index, carry a wheel in .wheels/
 # (`pip download "torchao>=0.14" --no-deps -d .wheels` beforehand).

@@ -6,14 +6,15 @@ under FSDP2 with Muon, evals included: tok/s, MFU and the share of the wall time
 
 Each preset trains from scratch on the project's shards and built-in tasks (``make run`` builds
 them; vocabulary from their tokenizer), for ``--tokens`` tokens in steps of its plan's batch x the
-preset's context, in one process: FSDP2 over one shard, Muon on the hidden matrices, bf16 where the
-device has it, compiled (the first step timed apart). It evals as the default run does, every
-``--eval-every`` steps: held-out windows of each source, the tasks' first examples, a sample.
+preset's context, in one process: FSDP2 (one rank, one shard), Muon on the hidden matrices, bf16
+where the device has it, compiled (the first step timed apart). It evals as the default run does,
+every ``--eval-every`` steps (on ``--eval-windows`` windows per source; the default run's: 32):
+held-out windows of each source, the tasks' first examples, a sample.
 
 From the run's own timing record it prints, per preset: the steps' tok/s, their MFU (the device's
 bf16 peak; on a CPU, of its bf16 matmul measured here), and the shares of the wall time spent in
-evals, compiling and saves (none: checkpoints are off), with peak GPU memory. Nothing is left
-behind: runs go to a temporary folder.
+evals and in compiling (checkpoints are off), with peak GPU memory. Nothing is left behind: runs go
+to a temporary folder.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Plan:
 
 
 # llama-1b's activations at 8 sequences of 2,048 tokens outgrow an 80 GB GPU beside its weights,
-# gradients and optimizer state: its blocks recompute in the backward (bench/gpu.sh, 2026-11-30).
+# gradients and optimizer state: its blocks recompute in the backward, as bench/gpu.sh runs it.
 PLANS = {
     "llama-350m": Plan(batch=32, micro=8),
     "llama-1b": Plan(batch=16, micro=8, activation_checkpointing="blocks"),

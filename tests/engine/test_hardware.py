@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import sys
+import sysconfig
 
 import pytest
 import torch._inductor.config
@@ -37,3 +38,12 @@ def test_compiling_on_a_cpu_without_a_cxx_compiler_is_refused_at_start(tiny_conf
     with pytest.raises(ValueError, match=refusal):
         train(tiny_config(compile=True))
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_compiling_on_a_cpu_without_pythons_headers_is_refused_at_start(tiny_config, tmp_path, monkeypatch):
+    # a Python installed without its development headers (Debian's python3 without python3-dev)
+    paths = sysconfig.get_paths()
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {**paths, "include": str(tmp_path / "include")})
+    with pytest.raises(ValueError, match=r"against Python's headers, and .*include/Python.h is missing"):
+        train(tiny_config(compile=True))
+    assert not (tmp_path / "run").exists()

@@ -9,8 +9,10 @@ import functools
 import os
 import shutil
 import sys
+import sysconfig
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -151,12 +153,19 @@ def _probe_attention(hw: Hardware) -> None:
 
 def check_compiler(hw: Hardware) -> None:
     """Under ``compile: true`` the first step builds kernels with the machine's compiler: C++ by
-    inductor on a CPU, Triton's C launcher on a GPU (its own search: ``CC``, gcc, clang). A
-    machine without one is refused at start, naming the fix, rather than by a traceback from
-    inside that step."""
+    inductor on a CPU (against Python's headers), Triton's C launcher on a GPU (its own search:
+    ``CC``, gcc, clang). A machine without them is refused at start, naming the fix, rather than
+    by a traceback from inside that step."""
     if hw.device.type == "cpu":
         from torch._inductor import cpp_builder
 
+        headers = Path(sysconfig.get_paths()["include"])
+        if not (headers / "Python.h").is_file():  # the kernels' wrappers include it
+            raise ValueError(
+                f"compile: true builds C++ kernels against Python's headers, and {headers / 'Python.h'} "
+                "is missing. Install them (e.g. apt install python3-dev for the system's Python), or "
+                "set compile: false."
+            )
         try:
             cpp_builder.get_cpp_compiler()
             return
