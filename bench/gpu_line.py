@@ -35,7 +35,7 @@ from lehr.engine.config import TrainConfig
 from lehr.engine.hardware import resolve
 from lehr.engine.model import Transformer, preset
 from lehr.engine.run.loop import train
-from train_loop import MATMUL_DTYPES, matmul_flops
+from train_loop import MATMUL_DTYPES, RECORDS, matmul_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARDS, TASKS = ROOT / "data/04_feature/shards", ROOT / "data/04_feature/tasks"
@@ -89,14 +89,6 @@ def config(name: str, args, out: Path) -> TrainConfig:
     )
 
 
-RECORDS: list[dict] = []
-
-
-def collector():
-    """Engine callback factory (passed by its module and name): keeps every record."""
-    return RECORDS.extend
-
-
 def line(name: str, args, tmp: Path) -> dict:
     cfg = config(name, args, tmp / name)
     RECORDS.clear()
@@ -104,7 +96,7 @@ def line(name: str, args, tmp: Path) -> dict:
     if hw.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(hw.device)
     began = time.perf_counter()
-    train(cfg, [f"{__name__}:collector"])
+    train(cfg, ["train_loop:collector"])  # into train_loop.RECORDS
     wall = time.perf_counter() - began
     seconds: dict[str, float] = {}
     for rec in (Path(cfg.out_dir) / "timing.jsonl").read_text().splitlines():

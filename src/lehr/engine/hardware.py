@@ -78,7 +78,12 @@ def cpu_has_bf16() -> bool:
 
 
 def resolve(
-    device: str, precision: str, peak_tflops: float | None, local_rank: int = 0, attention: str = "auto"
+    device: str,
+    precision: str,
+    peak_tflops: float | None,
+    local_rank: int = 0,
+    attention: str = "auto",
+    compile: bool = False,
 ) -> Hardware:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -116,6 +121,8 @@ def resolve(
     hw = Hardware(dev, precision, peak_tflops, name, attention)
     if attention != "auto":
         _probe_attention(hw)
+    if compile:
+        _check_compiler(hw)
     return hw
 
 
@@ -151,37 +158,36 @@ def _probe_attention(hw: Hardware) -> None:
         ) from e
 
 
-def check_compiler(hw: Hardware) -> None:
+def _check_compiler(hw: Hardware) -> None:
     """Under ``compile: true`` the first step builds kernels with the machine's compiler: C++ by
     inductor on a CPU (against Python's headers), Triton's C launcher on a GPU (its own search:
     ``CC``, gcc, clang). A machine without them is refused at start, naming the fix, rather than
     by a traceback from inside that step."""
-    if hw.device.type == "cpu":
-        from torch._inductor import cpp_builder
-
-        headers = Path(sysconfig.get_paths()["include"])
-        if not (headers / "Python.h").is_file():  # the kernels' wrappers include it
+    if hw.device.type != "cpu":
+        if not any(shutil.which(c) for c in (os.environ.get("CC"), "gcc", "clang") if c):
             raise ValueError(
-                f"compile: true builds C++ kernels against Python's headers, and {headers / 'Python.h'} "
-                "is missing. Install them (e.g. apt install python3-dev for the system's Python), or "
-                "set compile: false."
+                f"compile: true builds kernels on {hw.name}, and no C compiler was found (CC is unset, "
+                "and neither gcc nor clang is on PATH). Install one (e.g. apt install gcc, or set CC "
+                "to its path), or set compile: false."
             )
-        try:
-            cpp_builder.get_cpp_compiler()
-            return
-        except Exception as e:  # torch's InvalidCxxCompiler, or whatever its search raises
-            found = str(e).splitlines()[0] if str(e) else type(e).__name__
-            cause: Exception | None = e
-    elif any(shutil.which(c) for c in (os.environ.get("CC"), "gcc", "clang") if c):
         return
-    else:
-        found, cause = "CC is unset, and neither gcc nor clang is on PATH", None
-    kind = "C++" if hw.device.type == "cpu" else "C"
-    raise ValueError(
-        f"compile: true builds kernels on {hw.name}, and no {kind} compiler was found ({found}). "
-        f"Install one (e.g. apt install {'g++' if kind == 'C++' else 'gcc'}, or set "
-        f"{'CXX' if kind == 'C++' else 'CC'} to its path), or set compile: false."
-    ) from cause
+    headers = Path(sysconfig.get_paths()["include"])
+    if not (headers / "Python.h").is_file():  # the kernels' wrappers include it
+        raise ValueError(
+            f"compile: true builds C++ kernels against Python's headers, and {headers / 'Python.h'} "
+            "is missing. Install them (e.g. apt install python3-dev for the system's Python), or "
+            "set compile: false."
+        )
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as e:  # torch's InvalidCxxCompiler, or whatever its search raises
+        raise ValueError(
+            f"compile: true builds kernels on {hw.name}, and no C++ compiler was found "
+            f"({str(e).splitlines()[0] if str(e) else type(e).__name__}). Install one (e.g. apt "
+            "install g++, or set CXX to its path), or set compile: false."
+        ) from e
 
 
 def memory_report(device: torch.device) -> str | None:

@@ -22,7 +22,7 @@ from lehr.engine.config import TrainConfig
 from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
-from lehr.engine.hardware import check_compiler, memory_report, resolve
+from lehr.engine.hardware import memory_report, resolve
 from lehr.engine.run import plan, step, tail
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
@@ -77,9 +77,9 @@ class Run:
 
     def __init__(self, cfg: TrainConfig, dist: distributed.Dist, callbacks: list):
         self.cfg, self.dist = cfg, dist
-        self.hw = resolve(cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention)
-        if cfg.compile:
-            check_compiler(self.hw)
+        self.hw = resolve(
+            cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention, cfg.compile
+        )
         # Before any work: a run that cannot fit its GPU's free memory is refused, naming what would fit.
         self.memory = memory.check_fits(
             cfg.model,
