@@ -200,6 +200,27 @@ INGREDIENTS = {
         "Tail-EMA; Polyak",
         {"anneal.tail_fraction": 0.2},
     ),
+    # Levers for time (issue 53): the same tokens in half the steps of twice the sequences, so that
+    # each optimizer step (Newton-Schulz included) and each eval, still every 40 and 20 steps, comes
+    # half as often. The plan's fractions keep the stable phase at 245 steps and a 140-step anneal;
+    # the warmup keeps its tokens.
+    "batch32": (
+        "32 sequences a step in half the steps (the same tokens)",
+        "critical batch size (McCandlish et al. 2018)",
+        {"pretrain.batch_size": 32, "pretrain.planned_steps": 350, "pretrain.warmup_steps": 20},
+    ),
+    # ... with both peak rates x sqrt(2), as for Adam the rate scales with the batch's square root.
+    "batch32-lr": (
+        "32 sequences a step in half the steps, both peak rates x 1.41",
+        "square-root LR scaling (Malladi et al. 2022)",
+        {
+            "pretrain.batch_size": 32,
+            "pretrain.planned_steps": 350,
+            "pretrain.warmup_steps": 20,
+            "pretrain.muon_lr": 0.028,
+            "pretrain.lr": 0.0085,
+        },
+    ),
 }
 DEFAULT = "default"
 
@@ -280,10 +301,11 @@ def ledger_table(project: Path) -> str:
             for (i, j), p in floor.pairs.items()
         ),
         "",
-        "| ingredient | source | seeds | held-out bpb - default [95%] | verdict | tok/s vs default |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| ingredient | source | seeds | held-out bpb - default [95%] | verdict | tok/s vs default "
+        "| stable + anneal time vs default |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    base_speed = _speed(DEFAULT, list(defaults))
+    base_speed, base_time = _speed(DEFAULT, list(defaults)), _stage_time(DEFAULT, list(defaults))
     for label, seeded in runs.items():
         e = effect({s: sc for s, (_, sc) in defaults.items()}, {s: sc for s, (_, sc) in seeded.items()})
         parts = label.split("+")
@@ -291,9 +313,12 @@ def ledger_table(project: Path) -> str:
         source = "; ".join(INGREDIENTS[p][1] for p in parts if p in INGREDIENTS)
         speed = _speed(label, e["seeds"])
         ratio = f"{speed / base_speed:.2f}x" if speed and base_speed else "- (no timed stable phase)"
+        took = _stage_time(label, e["seeds"])
+        time_ratio = f"{took / base_time:.2f}x" if took and base_time else "- (not timed)"
         lines.append(
             f"| {what} | {source} | {', '.join(map(str, e['seeds']))} | "
-            f"{e['diff']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}] | {verdict(e, floor.floor)} | {ratio} |"
+            f"{e['diff']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}] | {verdict(e, floor.floor)} | {ratio} "
+            f"| {time_ratio} |"
         )
     return "\n".join(lines)
 
@@ -306,6 +331,17 @@ def _speed(label: str, seeds: list[int]) -> float | None:
     to date) has no clock, and the others speak for the label."""
     clocks = [timing(f"l-{label}-s{s}", "pretrain_stable") for s in seeds]
     return max((c["tok_per_s"] for c in clocks if c), default=None)
+
+
+def _stage_time(label: str, seeds: list[int]) -> float | None:
+    """The wall seconds of the stable and anneal stages together (evals, checkpoints and compile
+    included), of the quickest of ``label``'s runs at ``seeds`` that timed both, as ``_speed``."""
+    times = []
+    for seed in seeds:
+        clocks = [timing(f"l-{label}-s{seed}", stage) for stage in ("pretrain_stable", "anneal")]
+        if all(clocks):
+            times.append(sum(c["wall_seconds"] for c in clocks))
+    return min(times, default=None)
 
 
 REPORTS = "data/08_reporting"
