@@ -1,7 +1,7 @@
 """Benchmark: lehr's tokenize stage vs HF datatrove's local executor on the same corpus and cores.
 
 The measurement behind lehr's choice of `tokenize.slice` + worker processes over datatrove's
-executors (README, Large corpora). Builds a synthetic corpus as `bench/scale.py` does, runs the
+executors (docs/large_corpora.md). Builds a synthetic corpus as `bench/scale.py` does, runs the
 real tokenize stage, then datatrove's `JsonlReader` + `DocumentTokenizer` with the tokenizer the
 stage trained, one task per file, the same number of worker processes. datatrove is not a lehr
 dependency: give a Python that has it (`--datatrove-python`, e.g. a venv with

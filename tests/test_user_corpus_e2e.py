@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def write_user_corpus(root: Path, corpus_dir: Path) -> None:
-    """Five 'novels' in books/ and one held out, as the README's "Your own corpus" says."""
+    """Five 'novels' in books/ and one held out, as docs/corpus.md says."""
     speeches = sorted((corpus_dir / "silver" / "sotu").iterdir())
     for i in range(6):
         text = "\n\n".join(p.read_text() for p in speeches[i * 4 : (i + 1) * 4])
