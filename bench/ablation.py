@@ -221,6 +221,21 @@ INGREDIENTS = {
             "pretrain.lr": 0.0085,
         },
     ),
+    # Half the evals: every 80 stable and 40 anneal steps, the patience halved in evals so that early
+    # stopping waits the same steps, and auto-anneal's stall window 4 evals (320 steps; 240 before).
+    # The weights are the default's unless one of those decisions changes; the time is the lever.
+    # Adopted on 2026-12-05 (docs/recipe.md; its runs that day had a stall window of 3, which never
+    # fired either).
+    "evals-half": (
+        "an eval every 80 stable and 40 anneal steps (stall window 4, patience 2)",
+        "the recipe's eval cost (issue 53)",
+        {
+            "pretrain.eval_every": 80,
+            "pretrain.auto_anneal.stall_window": 4,
+            "anneal.eval_every": 40,
+            "anneal.patience": 2,
+        },
+    ),
 }
 DEFAULT = "default"
 

@@ -91,7 +91,7 @@ def host_syncs(shards: Path, tmp: Path) -> None:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     logs = [i for i, e in enumerate(EVENTS) if e[0] == "log"]
-    for a, b in zip(logs, logs[1:]):
+    for a, b in zip(logs, logs[1:], strict=False):
         sites = collections.Counter(e[1] for e in EVENTS[a + 1 : b] if e[0] == "sync")
         outside = [s for s in sites if not s.startswith("engine/run/loop.py")]
         check(

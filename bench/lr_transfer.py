@@ -88,8 +88,8 @@ def main() -> None:
         big = results[(optimizer, depths[-1])]
         price = big[bests[0]] - big[bests[-1]]
         print(
-            f"{optimizer}: best multiplier per depth {dict(zip(depths, bests))}; the smallest's best at "
-            f"depth {depths[-1]} costs {price:+.4f} bpb (median spread over the sweep "
+            f"{optimizer}: best multiplier per depth {dict(zip(depths, bests, strict=True))}; "
+            f"the smallest's best at depth {depths[-1]} costs {price:+.4f} bpb (median spread over the sweep "
             f"{statistics.median(big.values()) - min(big.values()):.4f})"
         )
 

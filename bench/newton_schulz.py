@@ -87,7 +87,7 @@ ASSIGNMENTS = {"by cost": owners, "in turn": in_turn}
 def balance(shapes: list[torch.Size], owner: list[int], world: int) -> float:
     """The slowest rank's Newton-Schulz cost over the mean (1.00: even)."""
     load = [0] * world
-    for s, o in zip(shapes, owner):
+    for s, o in zip(shapes, owner, strict=True):
         load[o] += s.numel() * min(s)
     return max(load) / (sum(load) / world)
 
@@ -112,7 +112,7 @@ def _worker(rank: int, world: int, port: int, jobs: list, reps: int, out) -> Non
         parts = [p.to_local() for p in params]
         shapes = [m.shape for m in matrices]
 
-        def sharded(owner):
+        def sharded(owner, parts=parts, params=params):  # this job's, bound now
             return lambda _: orthogonalise_sharded(parts, params, owner)
 
         schemes = {
@@ -128,7 +128,7 @@ def _worker(rank: int, world: int, port: int, jobs: list, reps: int, out) -> Non
         slowest = torch.tensor(times)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a step waits for its slowest process
         if rank == 0:
-            out.put((name, dict(zip(schemes, slowest.tolist()))))
+            out.put((name, dict(zip(schemes, slowest.tolist(), strict=True))))
     dist.destroy_process_group()
 
 

@@ -46,7 +46,7 @@ def queue(project: Path, prefix: str, key: str, values: list[str]) -> list[str]:
     """One experiment per value, each with a branch of its own: the same params would find the
     branch an earlier way trained, in the project's run folders, and train nothing."""
     names = [f"{prefix}-{v.replace('.', 'p')}" for v in values]
-    for name, value in zip(names, values):
+    for name, value in zip(names, values, strict=True):
         sets = ["-S", f"{ANNEAL}.{key}={value}", "-S", f"{ANNEAL}.branch={name}"]
         run(project, sys.executable, "-m", "lehr", "exp", "--queue", "-n", name, *sets)
     return names

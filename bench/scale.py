@@ -22,6 +22,7 @@ SMALL, and <= 1 GB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -65,7 +66,8 @@ def make_corpus(dest: Path, train: list[str], held: list[str], megabytes: int) -
             if f is None or in_file >= 64_000_000:
                 if f:
                     f.close()
-                f, in_file, part = open(dest / "web" / f"part-{part:05d}.jsonl", "w"), 0, part + 1
+                # One part after another, each closed as the next opens: no `with` spans them.
+                f, in_file, part = open(dest / "web" / f"part-{part:05d}.jsonl", "w"), 0, part + 1  # noqa: SIM115
             line = json.dumps({"text": f"[copy {copy}] {text}"}) + "\n"
             f.write(line)
             in_file += len(line)
@@ -155,10 +157,8 @@ def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> t
     while proc.poll() is None:
         total = 0
         for p in [proc, *proc.children(recursive=True)]:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 total += p.memory_full_info().pss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
         peak = max(peak, total)
         time.sleep(0.2)
     seconds = time.perf_counter() - t0
@@ -174,11 +174,12 @@ def raw_encode_mb_s(repo: Path, corpus: Path, limit_mb: int = 100) -> tuple[floa
     tok = Tokenizer.from_file(str(repo / "data" / "02_intermediate" / "tokenizer.json"))
     texts, size = [], 0
     for path in sorted((corpus / "web").glob("*.jsonl")):
-        for line in open(path):
-            texts.append(json.loads(line)["text"])
-            size += len(texts[-1].encode())
-            if size >= limit_mb * 1_000_000:
-                break
+        with open(path) as lines:
+            for line in lines:
+                texts.append(json.loads(line)["text"])
+                size += len(texts[-1].encode())
+                if size >= limit_mb * 1_000_000:
+                    break
         if size >= limit_mb * 1_000_000:
             break
     t0 = time.perf_counter()

@@ -409,7 +409,8 @@ def report(arms: list[Arm], results: dict[str, list[Result]], peak: float) -> No
     for row in rows:
         print(
             "  ".join(
-                cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+                cell.ljust(w) if i < 2 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
             )
         )
     print("  eval %, save %, compile %: of each stage's own time, stable/anneal; bf16 mm: the training")

@@ -104,8 +104,8 @@ def lehr_tok_s(cfg: TrainConfig) -> tuple[float, float | None, str]:
     RECORDS.clear()
     train(cfg, [f"{__name__}:collector"])  # this module, run or imported
     logged = [r for r in RECORDS if r["kind"] == "train"]
-    tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
-    seconds = sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
+    tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:], strict=False)]
+    seconds = sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:], strict=True))
     return sum(tokens) / seconds, logged[-1]["mfu"], logged[-1]["mem"]
 
 
@@ -133,8 +133,8 @@ def logged_tok_s(run_dir: Path) -> float:
     times = map(json.loads, (run_dir / "timing.jsonl").read_text().splitlines())
     clock = {r["step"]: r for r in times if r["kind"] == "train"}
     logged = [{**r, **clock[r["step"]]} for r in rows if r["kind"] == "train"]
-    tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:])]
-    return sum(tokens) / sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:]))
+    tokens = [b["tokens"] - a["tokens"] for a, b in zip(logged, logged[1:], strict=False)]
+    return sum(tokens) / sum(n / r["tok_per_s"] for n, r in zip(tokens, logged[1:], strict=True))
 
 
 def across_processes(args, shards: Path, tmp: Path) -> None:

@@ -128,7 +128,7 @@ def test_an_ingredient_already_in_the_default_is_refused_by_name_and_left_out_of
     whole ledger leaves it out (the default's rows have it)."""
     bench = ablation()
     adopted = [n for n in bench.INGREDIENTS if bench.in_default(bench.INGREDIENTS[n][2], ROOT)]
-    assert adopted == ["layer-scalars"]  # conf/base's model.overrides
+    assert adopted == ["layer-scalars", "evals-half"]  # conf/base's model.overrides; its eval intervals
     named = subprocess.run(
         [
             sys.executable,

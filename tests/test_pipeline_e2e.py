@@ -206,6 +206,7 @@ def test_pretrain_stage_across_two_nodes_kedro_on_node_0_and_join_on_node_1(repo
                 ["kedro", "run", "--pipelines", "pretrain_stable", "--params", params + "0"],
                 [sys.executable, "-m", "lehr", "join", "pretrain_stable", "--params", params + "1"],
             ),
+            strict=True,
         )
     ]
     deadline = time.monotonic() + 300

@@ -91,7 +91,7 @@ def test_two_clones_share_data_and_experiments_through_the_remotes_and_one_mlflo
         )
         for clone, name, ratio in ((a, "exp-a", 0.3), (b, "exp-b", 0.4))
     }
-    for clone, proc in runs.items():
+    for _clone, proc in runs.items():
         output, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, output
 

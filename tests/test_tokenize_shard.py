@@ -211,7 +211,7 @@ def test_manifest_describes_every_shard(smoke_shards):
         manifest["tokenizer"]["sha256"]
         == hashlib.sha256((smoke_shards / "tokenizer.json").read_bytes()).hexdigest()
     )
-    for name, entry in manifest["streams"].items():
+    for _name, entry in manifest["streams"].items():
         assert sum(s["n_tokens"] for s in entry["shards"]) == entry["n_tokens"]
         for shard in entry["shards"]:
             data = (smoke_shards / shard["file"]).read_bytes()

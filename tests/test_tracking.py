@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
+from kedro.config import OmegaConfigLoader
 
+from lehr import settings
 from lehr.tracking import hooks, step_forwarder
 
 
@@ -130,3 +133,27 @@ def test_an_experiment_whose_artifacts_are_in_a_deleted_copy_is_named_with_the_w
         mlflow.set_tracking_uri(None)
     assert "inside a temporary copy of the project that DVC deletes" in caplog.text
     assert "conf/base/mlflow.yml" in caplog.text
+
+
+def _context_on(conf: Path) -> SimpleNamespace:
+    """What the hook reads of a Kedro context, with the project's own config loader settings."""
+    loader = OmegaConfigLoader(str(conf), **{**settings.CONFIG_LOADER_ARGS, "default_run_env": "local"})
+    return SimpleNamespace(config_loader=loader, params={}, env="local", project_path=conf.parent)
+
+
+def test_the_projects_mlflow_yml_is_obeyed_and_its_absence_means_the_defaults(tmp_path, monkeypatch):
+    """`enabled: false` in conf/base/mlflow.yml turns tracking off, as the warning says it does (the
+    loader's `in` never saw the file's key); a conf without the file tracks with the defaults."""
+    (tmp_path / "conf/base").mkdir(parents=True)
+    (tmp_path / "conf/local").mkdir()
+    (tmp_path / "conf/base/mlflow.yml").write_text("enabled: false\nexperiment: mine\n")
+    monkeypatch.delenv("LEHR_MLFLOW", raising=False)
+    hook = hooks.MlflowTracking()
+    hook.after_context_created(_context_on(tmp_path / "conf"))
+    assert hook._settings == {"enabled": False, "experiment": "mine"}
+    hook.before_pipeline_run({}, None, None)  # off: returns before touching any store
+    assert hook._run is None and not (tmp_path / "mlflow.db").exists()
+
+    (tmp_path / "conf/base/mlflow.yml").unlink()
+    hook.after_context_created(_context_on(tmp_path / "conf"))
+    assert hook._settings == {}

@@ -93,11 +93,14 @@ PINNED_HASHES = {
         ("micro_batch", 4),
     ): ("ae27e63e995e2f2c"),
 }
+# The default's branch names: its anneal's params are in them, so they changed once on purpose, when
+# the default's anneal went to an eval every 40 steps and patience 2 (2026-12-05; before: ae5d57,
+# 82e229, 12da8e, 16177b).
 PINNED_BRANCHES = {
-    ("pre_anneal", 0.0, 0): "1-sqrt-280-ae5d57",
-    ("pre_anneal", 0.0, 50): "1-sqrt-50-82e229",
-    ("pre_anneal", 0.2, 0): "1-sqrt-r0.2-12da8e",
-    ("tokens-4096", 0.0, 0): "tokens-4096-1-sqrt-280-16177b",
+    ("pre_anneal", 0.0, 0): "1-sqrt-280-61b934",
+    ("pre_anneal", 0.0, 50): "1-sqrt-50-86b8f7",
+    ("pre_anneal", 0.2, 0): "1-sqrt-r0.2-f08c1e",
+    ("tokens-4096", 0.0, 0): "tokens-4096-1-sqrt-280-f85c45",
 }
 
 

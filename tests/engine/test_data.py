@@ -30,7 +30,7 @@ def test_state_round_trip_resumes_the_same_batches(smoke_shards):
     resumed.load_state_dict(first.state_dict())
     for expected in seen[2:]:
         got = resumed.next_batches(8, MIX, 0, 1, 4, torch.device("cpu"))
-        assert all(torch.equal(x, y) for (x, _), (y, _) in zip(got, expected))
+        assert all(torch.equal(x, y) for (x, _), (y, _) in zip(got, expected, strict=True))
 
 
 def test_ranks_draw_disjoint_slices_of_one_global_batch(smoke_shards):

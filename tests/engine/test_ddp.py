@@ -47,7 +47,7 @@ def test_two_gloo_workers_match_one_process(tiny_config, tmp_path, optimizer):
         for run in ("one", "two")
     ]
     assert [s for s, _ in losses[0]] == [s for s, _ in losses[1]]
-    for (_, x), (_, y) in zip(*losses):
+    for (_, x), (_, y) in zip(*losses, strict=True):
         assert abs(x - y) < loss, losses
     # Every rank's RNG state is in the checkpoint.
     assert (tmp_path / "two" / "final" / "rng_rank1.pt").is_file()

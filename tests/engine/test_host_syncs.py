@@ -39,5 +39,5 @@ def test_one_device_read_per_logged_step(tiny_config, monkeypatch, fault_steps):
     assert summary["skips_total"] == (1 if fault_steps else 0)
     logs = [i for i, e in enumerate(events) if isinstance(e, tuple)]
     assert [events[i][1] for i in logs] == [10, 20, 30]
-    between = [events[a + 1 : b].count("read") for a, b in zip(logs, logs[1:])]
+    between = [events[a + 1 : b].count("read") for a, b in zip(logs, logs[1:], strict=False)]
     assert between == [1, 1]

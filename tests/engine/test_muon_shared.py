@@ -17,7 +17,7 @@ from tests.engine.forked import run
 def test_owners_balance_the_cost_and_agree_everywhere():
     shapes = [torch.Size(s) for s in [(256, 688)] * 3 + [(688, 256)] * 3 + [(256, 256)] * 12]
     owner = optim.owners(shapes, 2)
-    load = [sum(s.numel() * min(s) for s, o in zip(shapes, owner) if o == r) for r in range(2)]
+    load = [sum(s.numel() * min(s) for s, o in zip(shapes, owner, strict=True) if o == r) for r in range(2)]
     assert max(load) / min(load) < 1.1 and owner == optim.owners(shapes, 2)
     assert optim.owners(shapes, 1) == [0] * len(shapes)
 

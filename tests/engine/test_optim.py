@@ -64,7 +64,7 @@ def test_muon_step_is_torchs_muon_and_fused_adamw(tiny_config, monkeypatch):
         _backward(theirs_model, x)
         muon.step()
         adamw.step()
-    for (name, a), b in zip(ours_model.named_parameters(), theirs_model.parameters()):
+    for (name, a), b in zip(ours_model.named_parameters(), theirs_model.parameters(), strict=True):
         assert torch.equal(a, b), name
 
 
@@ -78,7 +78,7 @@ def test_the_orthogonalisation_is_torchs_within_bf16_rounding():
     torch.manual_seed(0)
     matrices = [torch.randn(*shape) for shape in ((64, 64), (64, 176), (176, 64), (256, 688))]
     ns = optim.ORTHOGONALISERS["newton_schulz"]
-    for m, ours in zip(matrices, optim.orthogonalise(matrices)):
+    for m, ours in zip(matrices, optim.orthogonalise(matrices), strict=True):
         theirs = _zeropower_via_newtonschulz(m, ns.steps[0], len(ns.steps), optim.NS_EPS)
         assert ours.dtype == theirs.dtype == torch.bfloat16 and ours.shape == theirs.shape
         off = (ours.float() - theirs.float()).norm() / theirs.float().norm()

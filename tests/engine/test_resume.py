@@ -34,7 +34,8 @@ def assert_same_final(a: Path, b: Path) -> None:
     ra, rb = (torch.load(run / "final" / "rng_rank0.pt", weights_only=True) for run in (a, b))
     assert ra["python"] == rb["python"] and torch.equal(ra["torch"], rb["torch"])
     assert all(
-        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(ra["numpy"], rb["numpy"])
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+        for x, y in zip(ra["numpy"], rb["numpy"], strict=True)
     )
 
 

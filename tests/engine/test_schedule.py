@@ -35,7 +35,7 @@ def test_wsd_decays_from_the_decided_start_to_min_lr():
     cfg = {**WSD, "decay_shape": "1-sqrt"}
     assert lr_at(59, anneal_start=60, **cfg) == 1.0
     lrs = [lr_at(s, anneal_start=60, **cfg) for s in range(60, 80)]
-    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+    assert all(a > b for a, b in zip(lrs, lrs[1:], strict=False))
     assert lrs[-1] == pytest.approx(0.1)
 
 

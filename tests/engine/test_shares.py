@@ -139,9 +139,11 @@ def test_a_waiting_run_says_once_what_it_waits_for_and_how_to_declare(allocator,
 
 def test_more_processes_than_the_machine_gives_are_refused_before_any_wait(tmp_path, monkeypatch):
     monkeypatch.setenv(shares.FOLDER_ENV, str(tmp_path))
-    with pytest.raises(ValueError, match="nproc_per_node = 3.*2 GPU"):
-        with shares.claim(3, True, "x", shares.Machine((0,), ("0", "1"))):
-            pass
+    with (
+        pytest.raises(ValueError, match="nproc_per_node = 3.*2 GPU"),
+        shares.claim(3, True, "x", shares.Machine((0,), ("0", "1"))),
+    ):
+        pass
     monkeypatch.setenv(shares.JOBS_ENV, "zero")
     with pytest.raises(ValueError, match="LEHR_JOBS='zero'"):
         shares.jobs()

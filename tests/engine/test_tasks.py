@@ -49,7 +49,7 @@ def test_an_example_scores_the_same_alone_and_in_a_padded_batch(scorer):
         ("x y", " z"),
     ]
     batched = scorer.score(pairs)  # one batch, padded to its longest
-    for pair, together in zip(pairs, batched):
+    for pair, together in zip(pairs, batched, strict=True):
         (alone,) = scorer.score([pair])
         assert alone.loglik == pytest.approx(together.loglik, abs=1e-5) and alone.greedy == together.greedy
 
@@ -63,7 +63,7 @@ def test_the_choices_of_one_context_share_a_row_and_score_as_they_do_alone(score
     rows = scorer._rows(encoded)
     assert sorted(len(row.scored) for row in rows) == [1, 1, 4]  # the four choices after one context
     together = scorer.score(pairs)
-    for pair, got in zip(pairs, together):
+    for pair, got in zip(pairs, together, strict=True):
         (alone,) = scorer.score_tokens([scorer.encode_pair(*pair)])  # a single pair is never packed
         assert got.loglik == pytest.approx(alone.loglik, rel=1e-6, abs=1e-5)
         assert (got.greedy, got.truncated) == (alone.greedy, alone.truncated)
@@ -77,7 +77,7 @@ def test_a_row_of_shared_context_is_no_longer_than_the_model_sees(scorer):
     rows = scorer._rows(encoded)
     assert len(rows) > 2 and all(len(row.ids) <= scorer.seq_len for row in rows)
     together = scorer.score_tokens(encoded)
-    for pair, got in zip(encoded[:-1], together):
+    for pair, got in zip(encoded[:-1], together, strict=False):  # the last, checked below
         (alone,) = scorer.score_tokens([pair])
         assert got.loglik == pytest.approx(alone.loglik, rel=1e-6, abs=1e-5) and got.greedy == alone.greedy
     assert together[-1] == Scored(0.0, True, False)  # an empty continuation: certain, as before
@@ -93,7 +93,9 @@ class FixedScorer:
     """Hands back chosen log-likelihoods, to check the metrics alone."""
 
     def __init__(self, logliks: list[float], greedy: list[bool] | None = None):
-        self.scores = [Scored(ll, g, False) for ll, g in zip(logliks, greedy or [False] * len(logliks))]
+        self.scores = [
+            Scored(ll, g, False) for ll, g in zip(logliks, greedy or [False] * len(logliks), strict=True)
+        ]
         self.model = type("M", (), {"cfg": type("C", (), {"vocab_size": 10})})()
 
     def score(self, pairs):

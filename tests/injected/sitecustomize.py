@@ -118,10 +118,13 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         if name not in self.patches:
             return None
         for finder in sys.meta_path:
-            if finder is not self and hasattr(finder, "find_spec"):
-                if (spec := finder.find_spec(name, path, target)) is not None:
-                    spec.loader = _Patching(spec.loader, self.patches[name])
-                    return spec
+            if (
+                finder is not self
+                and hasattr(finder, "find_spec")
+                and (spec := finder.find_spec(name, path, target)) is not None
+            ):
+                spec.loader = _Patching(spec.loader, self.patches[name])
+                return spec
         return None
 
 

@@ -63,7 +63,7 @@ def repo(tmp_path_factory, smoke_repo):
     path = tmp_path_factory.mktemp("full-disk") / "repo"
     shutil.copytree(smoke_repo, path, symlinks=True)
     # A branch by hand (DVC's own may not be run by `kedro run`), finished: run again, it only copies.
-    sh(path, *"kedro run --pipelines anneal --env smoke --params anneal.branch=by-hand".split())
+    sh(path, "kedro", "run", "--pipelines", "anneal", "--env", "smoke", "--params", "anneal.branch=by-hand")
     return path
 
 

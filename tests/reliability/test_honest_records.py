@@ -358,9 +358,11 @@ def test_a_pre_anneal_still_in_training_is_said_as_such(tmp_path):
     runs = tmp_path / "stable_run"
     (runs / "auto-1234").mkdir(parents=True)
     dataset = CheckpointDataset(str(tmp_path / "pre_anneal"), "pretrain_stable", runs=str(runs))
-    with locks.hold(runs / "auto-1234", "training run"):  # a real lock, held by this live process
-        with pytest.raises(Exception, match=r"does not exist yet: pretrain_stable is training it now \(pid"):
-            dataset.load()
+    with (
+        locks.hold(runs / "auto-1234", "training run"),  # a real lock, held by this live process
+        pytest.raises(Exception, match=r"does not exist yet: pretrain_stable is training it now \(pid"),
+    ):
+        dataset.load()
     with pytest.raises(Exception, match=r"does not exist: run pretrain_stable first"):
         dataset.load()
 

@@ -34,7 +34,7 @@ class BranchPointsDataset(AbstractDataset[dict, dict[str, Path]]):
         except json.JSONDecodeError:
             raise DatasetError(
                 f"{index} is corrupt: re-run pretrain_stable (`{fixes.force_rebuild('pretrain_stable')}`)"
-            )
+            ) from None
         return {name: self._path / name for name in names}
 
     def save(self, data: dict[str, Path]) -> None:

@@ -51,7 +51,8 @@ def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int, ba
         bar.update(len(chunk))
         while len(chunk):
             if f is None:
-                f, h, n = open(folder / name / f"{len(entries):06d}.bin", "wb"), hashlib.sha256(), 0
+                # Open across chunks until the shard is full, then closed by close(): no `with` spans it.
+                f, h, n = open(folder / name / f"{len(entries):06d}.bin", "wb"), hashlib.sha256(), 0  # noqa: SIM115
             take = chunk[: shard_tokens - n]
             data = np.ascontiguousarray(take).tobytes()
             f.write(data)

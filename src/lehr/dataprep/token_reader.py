@@ -52,7 +52,7 @@ def _check_one_plan(root: Path, indexes: list[dict]) -> None:
     """Slices merge into one corpus only if each was cut from the same plan: the same files in
     the same tasks, tokenizer and settings. Otherwise streams would lose or repeat files."""
     made_under = [ix.get("versions") for ix in indexes]
-    for ix, under in zip(indexes[1:], made_under[1:]):
+    for ix, under in zip(indexes[1:], made_under[1:], strict=True):
         if under != made_under[0]:
             n = ix["slice"][1]
             raise TokenStoreError(
@@ -64,7 +64,7 @@ def _check_one_plan(root: Path, indexes: list[dict]) -> None:
     if len(indexes) == 1 or all(p and p["sha256"] == plans[0]["sha256"] for p in plans):
         return
     first, n = indexes[0], indexes[0]["slice"][1]
-    for ix, plan in zip(indexes[1:], plans[1:]):
+    for ix, plan in zip(indexes[1:], plans[1:], strict=True):
         if plan and plans[0] and plan["sha256"] == plans[0]["sha256"]:
             continue
         what = _plan_difference(plans[0], plan)

@@ -347,9 +347,7 @@ def save_index(root: Path, index: dict) -> None:
         old.unlink()
     used = {Path(p["file"]).stem for s in index["streams"].values() for p in s["parts"]}
     for path in (root / "parts").glob("*") if (root / "parts").is_dir() else []:
-        if path.suffix == ".bin" and path.stem not in used:
-            path.unlink()
-        elif (
+        if (path.suffix == ".bin" and path.stem not in used) or (
             path.name.startswith(".")
             and path.name.endswith(RESUME)
             and path.name[1 : -len(RESUME)] not in used

@@ -63,7 +63,7 @@ def training_sample(docs: Iterable[Document], max_bytes: int) -> list[str]:
 # BPE training time grows with the square of a pre-tokenized word's length (a 400K-character
 # word took 32 s): no word longer than this reaches the trainer. Encoding is not affected.
 MAX_BPE_WORD = 1000
-_LONG_WORD = re.compile(r"\S{%d,}" % (MAX_BPE_WORD + 1))
+_LONG_WORD = re.compile(rf"\S{{{MAX_BPE_WORD + 1},}}")  # a run of over MAX_BPE_WORD non-spaces
 
 
 def _cap_words(text: str) -> str:

@@ -247,7 +247,7 @@ class TrainStream:
             starts_per_shard = np.array([len(s) - self.seq_len for s in shards], dtype=np.int64)
             shard_ids = rng.choice(len(shards), size=len(rows), p=starts_per_shard / starts_per_shard.sum())
             starts = rng.integers(0, starts_per_shard[shard_ids])
-            for row, si, start in zip(rows, shard_ids, starts):
+            for row, si, start in zip(rows, shard_ids, starts, strict=True):
                 out[row] = shards[si][start : start + self.seq_len + 1]
         return out
 

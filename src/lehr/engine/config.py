@@ -259,7 +259,7 @@ class EvalConfig(Part):
     """Held-out evals during training: how often, on how much, task evals, and a sample of text."""
 
     log_every: int = setting(20, resumable=True)  # steps between log lines (each one a host sync)
-    eval_every: int = setting(40, resumable=True)  # steps between held-out evals
+    eval_every: int = setting(80, resumable=True)  # steps between held-out evals
     eval_windows: int = setting(32, resumable=True)  # fixed held-out windows per source
     sample_tokens: int = setting(32, resumable=True)  # tokens of text sampled at each eval; 0 = none
     sample_prompt: str = setting("The", resumable=True)
@@ -429,8 +429,8 @@ class BranchConfig(Part):
     data_seed: int = 2  # a fresh seed, so the branch does not replay the stable windows
     # Carry the optimizer's state over from the checkpoint: AdamW's moments and, under Muon, its momentum.
     init_optimizer: bool = True
-    patience: int = 4  # evals without a new best before an early stop, counted from mid-decay; 0 = off
-    eval_every: int = 20  # steps
+    patience: int = 2  # evals without a new best before an early stop, counted from mid-decay; 0 = off
+    eval_every: int = 40  # steps
     # Of the decay's steps, the last ones whose weights are averaged (uniformly, each step's) into
     # the branch's final model: tail averaging (the peers' Tail-EMA, about -1%). 0 = off.
     tail_fraction: float = setting(0.0, off=0.0)

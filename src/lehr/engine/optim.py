@@ -159,7 +159,7 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def _adamw(self, group: dict, params: list, found_inf, grad_scale) -> None:
         states = [self.state[p] for p in params]
-        for p, s in zip(params, states):
+        for p, s in zip(params, states, strict=True):
             if not s:
                 s["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                 s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -203,7 +203,7 @@ class MuonAdamW(torch.optim.Optimizer):
             torch._foreach_lerp_(bufs, grads, 1 - momentum)
         else:  # a non-finite gradient must not reach the momentum, even times 0
             grads = [torch.where(take, g, torch.zeros_like(g)) for g in grads]
-            for buf, new in zip(bufs, torch._foreach_lerp(bufs, grads, 1 - momentum)):
+            for buf, new in zip(bufs, torch._foreach_lerp(bufs, grads, 1 - momentum), strict=True):
                 buf.copy_(torch.where(take, new, buf))
         nesterov = torch._foreach_lerp(grads, bufs, momentum)
         method = self.orthogonaliser
@@ -217,7 +217,7 @@ class MuonAdamW(torch.optim.Optimizer):
             )
         if self.normuon_beta2:
             updates = self._even_out_neurons(params, updates, take)
-        for p, update in zip(params, updates):
+        for p, update in zip(params, updates, strict=True):
             if take is not None:
                 update = torch.where(take, update, torch.zeros_like(update))
             weight = local_shard(p)
@@ -239,7 +239,7 @@ class MuonAdamW(torch.optim.Optimizer):
         neuron of an ``nn.Linear`` weight (out x in). Under FSDP a rank holds whole rows
         (``check_layout``), so only the two norms of each matrix cross processes, in one all-reduce."""
         beta2, evened, norms = self.normuon_beta2, [], []
-        for p, update in zip(params, updates):
+        for p, update in zip(params, updates, strict=True):
             state = self.state[p]
             if "neuron_second_moment" not in state:
                 state["neuron_second_moment"] = _rows_like(p)
@@ -253,7 +253,7 @@ class MuonAdamW(torch.optim.Optimizer):
         if _is_dtensor(params[0]) and params[0].device_mesh.size() > 1:
             dist.all_reduce(sums, group=params[0].device_mesh.get_group())
         ratios = sums[:, 0].sqrt() / (sums[:, 1].sqrt() + 1e-10)
-        return [scaled * ratio for scaled, ratio in zip(evened, ratios.unbind())]
+        return [scaled * ratio for scaled, ratio in zip(evened, ratios.unbind(), strict=True)]
 
 
 def _rows_like(p: torch.Tensor) -> torch.Tensor:
@@ -314,7 +314,7 @@ def orthogonalise_shared(
     got[rank] = done
     out: list[torch.Tensor] = [None] * len(matrices)  # type: ignore[list-item]
     for k in range(world):
-        for i, y in zip(computes[k], got[k]):
+        for i, y in zip(computes[k], got[k], strict=True):
             out[i] = y
     return out
 
@@ -363,7 +363,7 @@ def orthogonalise_sharded(
     if world == 1:
         return orthogonalise(parts, method)
     dims = [p.placements[0].dim for p in params]
-    spans = [_spans(p.shape[d], world) for p, d in zip(params, dims)]
+    spans = [_spans(p.shape[d], world) for p, d in zip(params, dims, strict=True)]
 
     def shard(i: int, k: int) -> torch.Size:  # the shape of rank k's shard of matrix i
         return torch.Size(n if d != dims[i] else spans[i][k][1] for d, n in enumerate(params[i].shape))
@@ -387,14 +387,14 @@ def orthogonalise_sharded(
     if owner is None:
         return [y.narrow(dims[i], *spans[i][rank]) for i, y in enumerate(whole)]
     back = _exchange(
-        [[y.narrow(dims[i], *spans[i][k]) for i, y in zip(mine, whole)] for k in range(world)],
+        [[y.narrow(dims[i], *spans[i][k]) for i, y in zip(mine, whole, strict=True)] for k in range(world)],
         [[shard(i, rank) for i in computes[k]] for k in range(world)],
         group,
         parts[0].device,
     )
     out: list[torch.Tensor] = [None] * len(params)  # type: ignore[list-item]
     for k in range(world):
-        for i, y in zip(computes[k], back[k]):
+        for i, y in zip(computes[k], back[k], strict=True):
             out[i] = y
     return out
 
@@ -456,7 +456,9 @@ def orthogonalise(
     out: list[torch.Tensor] = [None] * len(matrices)  # type: ignore[list-item]
     for index in by_shape.values():
         tall = [matrices[i].size(0) > matrices[i].size(1) for i in index]
-        x = torch.stack([m.mT if t else m for m, t in zip((matrices[i] for i in index), tall)]).bfloat16()
+        x = torch.stack(
+            [m.mT if t else m for m, t in zip((matrices[i] for i in index), tall, strict=True)]
+        ).bfloat16()
         norm = x.norm(dim=(-2, -1), keepdim=True)
         if method.norm_scale != 1:
             norm = norm * method.norm_scale
@@ -464,6 +466,6 @@ def orthogonalise(
         step = _step_in_fp32 if x.device.type == "cpu" and not cpu_has_bf16() else _step
         for a, b, c in method.steps:
             x = step(x, a, b, c)
-        for i, t, y in zip(index, tall, x.unbind()):
+        for i, t, y in zip(index, tall, x.unbind(), strict=True):
             out[i] = y.mT if t else y
     return out

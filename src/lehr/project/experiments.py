@@ -426,7 +426,7 @@ def table(project: Path, baseline: str = "HEAD") -> str:
         "tasks moved",
     )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
     lines.append(
         "held-out bits per byte (lower is better); the interval is a paired bootstrap over the same windows; "
         "tasks moved: accuracy differences whose 95% interval leaves out 0"

@@ -8,6 +8,7 @@ group of its own, and a signal to this process ends that whole group.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -100,16 +101,12 @@ def _serve(cmd: list[str], host: str, port: int, banner: str) -> int:
         rc = process.wait()
     finally:
         if process.poll() is None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
         with_group(process.pid, signal.SIGKILL)  # whatever of the group is left, workers included
     return 128 + received[0] if received else rc
 
 
 def with_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass

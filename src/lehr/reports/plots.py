@@ -48,7 +48,7 @@ def plot_tasks(metrics: dict) -> plt.Figure:
         errs = [result["tasks"][t]["acc_stderr"] for t in tasks]
         ys = [i + m * height for i in range(len(tasks))]
         ax.barh(ys, accs, height, xerr=errs, label=model_label(name, current))
-        for y, acc, err, t in zip(ys, accs, errs, tasks):
+        for y, acc, err, t in zip(ys, accs, errs, tasks, strict=True):
             # Below chance by more than its standard error and a point of accuracy (a chance of
             # 1e-6 is no bar to fall under).
             if acc + err < result["tasks"][t]["chance"] - 0.01:
@@ -60,7 +60,7 @@ def plot_tasks(metrics: dict) -> plt.Figure:
     examples = [metrics["pre_anneal"]["tasks"][t].get("examples", "?") for t in tasks]
     ax.set_yticks(
         [i + 0.4 - height / 2 for i in range(len(tasks))],
-        [f"{t}\n({n} examples)" for t, n in zip(tasks, examples)],
+        [f"{t}\n({n} examples)" for t, n in zip(tasks, examples, strict=True)],
     )
     ax.set_xlabel(
         "accuracy on every example (bars: standard error; dotted: chance)"
@@ -144,7 +144,7 @@ def plot_ladder(fitted: dict) -> plt.Figure:
     fig, (ax, iso) = plt.subplots(1, 2, figsize=(12, 4.5))
     points, curves = fitted["points"], fitted.get("curves", {})
     sizes = sorted({p["n_params"] for p in points})
-    for size, color in zip(sizes, plt.cm.viridis(np.linspace(0, 0.85, len(sizes)))):
+    for size, color in zip(sizes, plt.cm.viridis(np.linspace(0, 0.85, len(sizes))), strict=True):
         rung = [p for p in points if p["n_params"] == size]
         ax.scatter(
             [p["flops"] for p in rung], [p["loss"] for p in rung], color=color, label=f"{size / 1e6:.2f}M"

@@ -227,7 +227,7 @@ def _curves(law: Law, points: list[dict], k: float) -> dict:
             "loss": law.loss(size, tokens).tolist(),
         }
     flops = np.geomspace(min(p["flops"] for p in points) / 2, max(p["flops"] for p in points) * 2, 40)
-    n, d = (np.array(v) for v in zip(*(law.optimal(c, k) for c in flops)))
+    n, d = (np.array(v) for v in zip(*(law.optimal(c, k) for c in flops), strict=True))
     out["compute-optimal"] = {"flops": flops.tolist(), "loss": law.loss(n, d).tolist()}
     return out
 

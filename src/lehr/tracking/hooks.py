@@ -19,6 +19,7 @@ import socket
 import sys
 from pathlib import Path
 
+from kedro.config import MissingConfigException
 from kedro.framework.hooks import hook_impl
 
 from lehr.engine.run.metrics import flatten
@@ -62,7 +63,12 @@ class MlflowTracking:
 
     @hook_impl
     def after_context_created(self, context) -> None:
-        self._settings = context.config_loader["mlflow"] if "mlflow" in context.config_loader else {}
+        # Kedro's config loader is a UserDict that loads a key's files on lookup: `in` sees only keys
+        # set on it, so asking `"mlflow" in loader` would never read conf/*/mlflow.yml.
+        try:
+            self._settings = context.config_loader["mlflow"]
+        except MissingConfigException:  # a project without an mlflow.yml: the defaults below
+            self._settings = {}
         self._params = context.params
         self._env = context.env or profile_in_force(Path(context.project_path))  # None without --env
 

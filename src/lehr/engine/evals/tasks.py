@@ -326,7 +326,7 @@ def task_outcomes(
             got = [next(scores) for _ in e.choices]
             truncated += any(s.truncated for s in got)
             lls = [s.loglik for s in got]
-            normed = [ll / len(c.encode("utf-8")) for ll, c in zip(lls, e.choices)]
+            normed = [ll / len(c.encode("utf-8")) for ll, c in zip(lls, e.choices, strict=True)]
             acc.append(float(max(range(len(lls)), key=lls.__getitem__) == e.label))
             acc_norm.append(float(max(range(len(normed)), key=normed.__getitem__) == e.label))
             chance.append(1 / len(e.choices))

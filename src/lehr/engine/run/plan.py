@@ -224,7 +224,9 @@ class _Resume:
             anneal = anneal_decision(cfg.stop_rule, cfg.decide_by, cfg.eval_every, prog)
             stop = early_stop_step(cfg.patience, cfg.patience_from_step, cfg.decide_by, cfg.eval_every, prog)
         except KeyError as e:
-            raise self.refuse(self.changes, f"the evals it recorded do not score {e}, which it decides by")
+            raise self.refuse(
+                self.changes, f"the evals it recorded do not score {e}, which it decides by"
+            ) from None
         new_start = (anneal[0] if anneal else None) if self.stable else cfg.anneal_start
         end = new_start if self.stable else (cfg.end_step if cfg.end_step is not None else cfg.planned_steps)
         if stop is not None and stop < prog.step:
