@@ -152,6 +152,8 @@ ROWS = {
     ),
 }
 # -- the ledger -------------------------------------------------------------------------------------
+# The same tokens in half the steps: twice the sequences, the plan and warmup halved (the levers below).
+BATCH32 = {"pretrain.batch_size": 32, "pretrain.planned_steps": 350, "pretrain.warmup_steps": 20}
 # name -> (what it is, its source, its settings on the default run); docs/recipe.md says each.
 INGREDIENTS = {
     "value-embeds": (
@@ -207,19 +209,13 @@ INGREDIENTS = {
     "batch32": (
         "32 sequences a step in half the steps (the same tokens)",
         "critical batch size (McCandlish et al. 2018)",
-        {"pretrain.batch_size": 32, "pretrain.planned_steps": 350, "pretrain.warmup_steps": 20},
+        BATCH32,
     ),
     # ... with both peak rates x sqrt(2), as for Adam the rate scales with the batch's square root.
     "batch32-lr": (
         "32 sequences a step in half the steps, both peak rates x 1.41",
         "square-root LR scaling (Malladi et al. 2022)",
-        {
-            "pretrain.batch_size": 32,
-            "pretrain.planned_steps": 350,
-            "pretrain.warmup_steps": 20,
-            "pretrain.muon_lr": 0.028,
-            "pretrain.lr": 0.0085,
-        },
+        {**BATCH32, "pretrain.muon_lr": 0.028, "pretrain.lr": 0.0085},
     ),
     # Half the evals: every 80 stable and 40 anneal steps, the patience halved in evals so that early
     # stopping waits the same steps, and auto-anneal's stall window 4 evals (320 steps; 240 before).
