@@ -125,7 +125,7 @@ def exact_resume(shards: Path, tmp: Path) -> None:
 
 
 def non_finite_guard(shards: Path, tmp: Path) -> None:
-    step = loop.Run.step
+    train_step = loop.Run.train_step
     poison_steps(loop, {7})
     try:
         summary = train(config(shards, tmp / "nan", planned_steps=12))
@@ -140,7 +140,7 @@ def non_finite_guard(shards: Path, tmp: Path) -> None:
             f"a NaN step is skipped on the device: skips {summary['skips_total']}, AdamW steps {steps} "
             f"(want {{11.0}})",
         )
-        loop.Run.step = step
+        loop.Run.train_step = train_step
         poison_steps(loop, set(range(12, 20)))
         try:
             train(config(shards, tmp / "diverge", planned_steps=30, max_consecutive_skips=3))
@@ -151,7 +151,7 @@ def non_finite_guard(shards: Path, tmp: Path) -> None:
                 f"three NaN steps in a row abort (at the next sync point): {e}",
             )
     finally:
-        loop.Run.step = step
+        loop.Run.train_step = train_step
 
 
 def main() -> None:

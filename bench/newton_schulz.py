@@ -1,7 +1,7 @@
 """Benchmark: Muon's Newton-Schulz orthogonalisation of a model's hidden matrices, one matrix at a
 time (torch.optim.Muon's way) vs lehr's, which stacks the matrices of one shape into a batched
 matmul (on a CPU without bf16 instructions, in fp32 products rounded to bf16 where the bf16
-kernels round: ``optim._step_in_fp32``). Prints the milliseconds per optimizer step of each and
+kernels round: ``optim.newton_schulz._step_in_fp32``). Prints the milliseconds per optimizer step of each and
 their ratio; the two are the same orthogonalisation within bf16 rounding (tests/engine/test_optim.py).
 
 With ``--processes N`` (gloo, one thread each, as N processes on N cores), per preset: one
@@ -34,16 +34,9 @@ from torch.distributed.tensor import Shard, distribute_tensor
 from torch.optim._muon import _zeropower_via_newtonschulz
 
 from lehr.engine.model import Transformer, preset
-from lehr.engine.optim import (
-    NS_COEFFICIENTS,
-    NS_EPS,
-    NS_STEPS,
-    is_hidden_matrix,
-    orthogonalise,
-    orthogonalise_sharded,
-    orthogonalise_shared,
-    owners,
-)
+from lehr.engine.optim import is_hidden_matrix
+from lehr.engine.optim.muon_work import orthogonalise_sharded, orthogonalise_shared, owners
+from lehr.engine.optim.newton_schulz import NS_COEFFICIENTS, NS_EPS, NS_STEPS, orthogonalise
 
 
 def per_matrix(matrices: list[torch.Tensor]) -> list[torch.Tensor]:

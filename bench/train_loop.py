@@ -33,11 +33,11 @@ from lehr.engine import fp8
 from lehr.engine.artifacts import checkpoint
 from lehr.engine.batches import ShardSet, TrainStream
 from lehr.engine.config import TrainConfig
-from lehr.engine.dist.launch import Launch, run
 from lehr.engine.hardware import resolve
 from lehr.engine.model import Transformer, preset
-from lehr.engine.optim import MUON_WORK
 from lehr.engine.optim import build as build_optimizer
+from lehr.engine.optim.muon_work import MUON_WORK
+from lehr.engine.processes.launch import Launch, run
 from lehr.engine.run.loop import train
 from synthetic import synthetic_shards
 

@@ -48,7 +48,7 @@ def pytest_configure(config):
     threads each on two cores slowed tiny runs several-fold (OpenMP threads spin while they wait).
     The stage commands and torchrun workers a test starts inherit the same share."""
     # Each worker's runs claim shares of the machine from an allocator of their own: under one
-    # machine-wide allocator, every test's stage would wait for the others' (lehr.engine.dist.shares).
+    # machine-wide allocator, every test's stage would wait for the others' (lehr.engine.processes.shares).
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     os.environ["LEHR_SHARES_DIR"] = tempfile.mkdtemp(prefix=f"lehr-shares-{worker}-")
     os.environ.pop("LEHR_JOBS", None)

@@ -16,7 +16,7 @@ import psutil
 from lehr.engine.config import TrainConfig
 
 LAUNCHER = (
-    "import json, sys; from lehr.engine.dist.launch import Launch, run; from lehr.engine.config import "
+    "import json, sys; from lehr.engine.processes.launch import Launch, run; from lehr.engine.config import "
     "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=int(sys.argv[2])))"
 )
 

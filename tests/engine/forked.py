@@ -2,7 +2,7 @@
 ``testing/distributed.py`` is the shape): each fork already holds torch and lehr, so a 2-process
 run starts in a fraction of a second where torchrun spends seconds importing them three times.
 Tests of what the processes compute use ``run`` from here; tests of the launcher itself, of kills,
-restarts and two nodes keep ``lehr.engine.dist.launch.run`` (real torchrun)."""
+restarts and two nodes keep ``lehr.engine.processes.launch.run`` (real torchrun)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import traceback
 import torch
 
 from lehr.engine.config import Launch, TrainConfig
-from lehr.engine.dist import launch as real
+from lehr.engine.processes import launch as real
 from lehr.engine.run.loop import train
 
 TIMEOUT_S = 600  # a fork that hangs fails its test rather than the suite
@@ -46,7 +46,7 @@ def _rank(cfg: TrainConfig, rank: int, world: int, port: int, results) -> None:
 
 
 def run(cfg: TrainConfig, launch: Launch, extra_env: dict[str, str] | None = None) -> dict:
-    """``lehr.engine.dist.launch.run`` on one machine's CPU, the processes forked: rank 0's summary."""
+    """``lehr.engine.processes.launch.run`` on one machine's CPU, the processes forked: rank 0's summary."""
     assert launch.nnodes == 1 and not extra_env, "two nodes and injected faults: use real torchrun"
     real.check_fits_machine(launch, cfg.device)
     # One process trains in this one, as the launcher does; CUDA cannot be used in a fork of a

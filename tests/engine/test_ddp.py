@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lehr.engine.dist import launch
-from lehr.engine.dist.launch import Launch
+from lehr.engine.processes import launch
+from lehr.engine.processes.launch import Launch
 from tests.engine.forked import run
 
 pytestmark = pytest.mark.slow

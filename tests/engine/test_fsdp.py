@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from lehr.engine.artifacts.checkpoint import Rolling
-from lehr.engine.dist import launch
-from lehr.engine.dist.launch import Launch
+from lehr.engine.processes import launch
+from lehr.engine.processes.launch import Launch
 from tests import faults
 from tests.engine import compare_runs, detached
 from tests.engine.forked import run
@@ -153,9 +153,10 @@ def test_two_nodes_on_one_machine_train_and_resume(tiny_config, tmp_path, straig
     """Two launchers with nnodes=2 rendezvous on 127.0.0.1, one gloo worker each: an FSDP run
     stopped part way and resumed gives the one-machine run's training."""
     launcher = (
-        "import json, sys; from lehr.engine.dist.launch import Launch, run; from lehr.engine.config import "
-        "TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), Launch(nproc_per_node=1, nnodes=2, "
-        "node_rank=int(sys.argv[2]), rdzv_endpoint='127.0.0.1:' + sys.argv[3]))"
+        "import json, sys; from lehr.engine.processes.launch import Launch, run; "
+        "from lehr.engine.config import TrainConfig; run(TrainConfig(**json.load(open(sys.argv[1]))), "
+        "Launch(nproc_per_node=1, nnodes=2, node_rank=int(sys.argv[2]), "
+        "rdzv_endpoint='127.0.0.1:' + sys.argv[3]))"
     )
 
     def two_nodes(**overrides) -> None:

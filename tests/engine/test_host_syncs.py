@@ -27,13 +27,13 @@ def test_one_device_read_per_logged_step(tiny_config, monkeypatch, fault_steps):
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    original_step = RunLog.step
+    original_step = RunLog.log_step
 
     def logged(self, rec):
         events.append(("log", rec["step"]))
         original_step(self, rec)
 
-    monkeypatch.setattr(RunLog, "step", logged)
+    monkeypatch.setattr(RunLog, "log_step", logged)
     summary = loop.train(tiny_config(planned_steps=30, log_every=10, eval_every=1000, ckpt_every=1000))
 
     assert summary["skips_total"] == (1 if fault_steps else 0)

@@ -15,16 +15,16 @@ from safetensors.torch import load_file, save_model
 
 from lehr.__main__ import main
 from lehr.config_parts import ConfigError
-from lehr.engine import optim
 from lehr.engine.artifacts.checkpoint import CheckpointError, load_weights
 from lehr.engine.artifacts.export import ExportError, export_hf, export_plain, load_export
 from lehr.engine.batches import DataError, Documents, ShardSet, Source, TrainStream
 from lehr.engine.config import DataConfig, TrainConfig
-from lehr.engine.dist.launch import Launch
 from lehr.engine.hardware import resolve
 from lehr.engine.memory import Setup, estimate, parameter_count
 from lehr.engine.model import INGREDIENTS, Transformer, preset
-from lehr.engine.run import step
+from lehr.engine.optim import muon_adamw, newton_schulz
+from lehr.engine.processes.launch import Launch
+from lehr.engine.run import update
 from lehr.engine.run.loop import train
 from tests.engine import compare_runs
 from tests.engine.forked import run
@@ -108,8 +108,8 @@ def test_polar_express_orthogonalises_closer_than_newton_schulz():
     into ~[0.85, 1.15]."""
     torch.manual_seed(0)
     matrices = [torch.randn(64, 176), torch.randn(176, 64), torch.randn(64, 64)]
-    polar = optim.orthogonalise(matrices, optim.ORTHOGONALISERS["polar_express"])
-    keller = optim.orthogonalise(matrices)
+    polar = newton_schulz.orthogonalise(matrices, newton_schulz.ORTHOGONALISERS["polar_express"])
+    keller = newton_schulz.orthogonalise(matrices)
     for m, y, k in zip(matrices, polar, keller, strict=True):
         s, sk = torch.linalg.svdvals(y.float()), torch.linalg.svdvals(k.float())
         assert y.shape == m.shape and s.min() > 0.8 and s.max() < 1.2, s
@@ -122,7 +122,7 @@ def test_cautious_decay_decays_only_where_the_update_agrees_and_never_on_a_skipp
 
     def step(cautious: bool, found_inf: float | None):
         w = torch.nn.Parameter(weight.detach().clone())
-        opt = optim.MuonAdamW(
+        opt = muon_adamw.MuonAdamW(
             [{**group, "params": [w]}], lr=0.1, betas=(0.9, 0.95), momentum=0.0, cautious_decay=cautious
         )
         w.grad = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])  # the update's sign, once orthogonalised
@@ -152,7 +152,7 @@ def test_normuon_evens_out_the_neurons_steps_and_keeps_the_updates_norm():
 
     def steps(beta2: float, found_inf: list[float | None]):
         w = torch.nn.Parameter(start.clone())
-        opt = optim.MuonAdamW(
+        opt = muon_adamw.MuonAdamW(
             [{**group, "params": [w]}], lr=0.1, betas=(0.9, 0.95), momentum=0.0, normuon_beta2=beta2
         )
         for g, skip in zip(grads, found_inf, strict=False):  # fewer found_inf: fewer steps (`once`)
@@ -164,7 +164,7 @@ def test_normuon_evens_out_the_neurons_steps_and_keeps_the_updates_norm():
 
     moment, expected = torch.zeros(6, 1), start.clone()
     for g in grads:
-        update = optim.orthogonalise([g])[0].float()
+        update = newton_schulz.orthogonalise([g])[0].float()
         moment = 0.95 * moment + 0.05 * update.square().mean(dim=1, keepdim=True)
         evened = update / (moment.sqrt() + 1e-10)
         expected -= 0.1 * evened * update.norm() / evened.norm()  # a wide matrix: Keller's factor is 1
@@ -477,7 +477,7 @@ def test_micro_batches_of_unequal_rows_weigh_each_by_its_rows():
     grads = []
     for batches in (pairs, [(rows[:, :-1], rows[:, 1:])]):
         model.zero_grad()
-        loss = step.accumulate(model, model, batches, scaler, hw)
+        loss = update.accumulate(model, model, batches, scaler, hw)
         grads.append((loss, [p.grad.clone() for p in model.parameters()]))
     (split, split_grads), (whole, whole_grads) = grads
     torch.testing.assert_close(split, whole, rtol=0, atol=1e-6)

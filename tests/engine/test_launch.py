@@ -11,7 +11,7 @@ import psutil
 
 PARENT = """
 import subprocess, sys
-from lehr.engine.dist.launch import die_with_parent
+from lehr.engine.processes.launch import die_with_parent
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], preexec_fn=die_with_parent)
 print(child.pid, flush=True)
 child.wait()

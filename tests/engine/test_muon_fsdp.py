@@ -26,9 +26,9 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from lehr.engine import optim
 from lehr.engine.artifacts import checkpoint
 from lehr.engine.artifacts.checkpoint import Rolling
-from lehr.engine.dist import launch, parallel
-from lehr.engine.dist.launch import Launch
 from lehr.engine.model import Transformer
+from lehr.engine.processes import launch, parallel
+from lehr.engine.processes.launch import Launch
 from lehr.files.atomic import sha256_file
 from tests import faults
 from tests.engine import compare_runs, detached
@@ -139,19 +139,19 @@ WORKER = textwrap.dedent(
     import json, sys, torch, torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
-    from lehr.engine import optim
+    from lehr.engine.optim import muon_work, newton_schulz
 
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (2,))
     torch.manual_seed(0)  # the same matrices on both ranks
     shapes = [(7, 5), (5, 7), (1, 6), (12, 4), (4, 4), (4, 4), (4, 4), (3, 9)]
     whole = [torch.randn(s) for s in shapes]
-    reference = optim.orthogonalise(whole)
+    reference = newton_schulz.orthogonalise(whole)
     same = {}
     for dim in (0, 1):
         params = [distribute_tensor(m, mesh, [Shard(dim)]) for m in whole]
-        for shared, owner in ((True, optim.owners([p.shape for p in params], 2)), (False, None)):
-            parts = optim.orthogonalise_sharded([p.to_local() for p in params], params, owner)
+        for shared, owner in ((True, muon_work.owners([p.shape for p in params], 2)), (False, None)):
+            parts = muon_work.orthogonalise_sharded([p.to_local() for p in params], params, owner)
             full = [
                 DTensor.from_local(y, mesh, [Shard(dim)], shape=p.shape, stride=p.stride()).full_tensor()
                 for y, p in zip(parts, params)
@@ -161,7 +161,7 @@ WORKER = textwrap.dedent(
     grid = init_device_mesh("cpu", (1, 2))
     for label, layout in (("2-D", (grid, [Replicate(), Shard(0)])), ("replicated", (mesh, [Replicate()]))):
         try:
-            optim.check_layout([("blocks.0.mlp.up.weight", distribute_tensor(whole[0], *layout))])
+            muon_work.check_layout([("blocks.0.mlp.up.weight", distribute_tensor(whole[0], *layout))])
             refused[label] = None
         except ValueError as e:
             refused[label] = str(e)
@@ -169,7 +169,7 @@ WORKER = textwrap.dedent(
     for dim in (0, 1):
         try:
             sharded = distribute_tensor(whole[0], mesh, [Shard(dim)])
-            optim.check_layout([("blocks.0.mlp.up.weight", sharded)], whole_rows=True)
+            muon_work.check_layout([("blocks.0.mlp.up.weight", sharded)], whole_rows=True)
             normuon[dim] = None
         except ValueError as e:
             normuon[dim] = str(e)

@@ -13,6 +13,7 @@ import torch
 from lehr.engine import optim
 from lehr.engine.artifacts.checkpoint import CheckpointError, load_optimizer, load_weights
 from lehr.engine.model import Transformer, preset
+from lehr.engine.optim import newton_schulz
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.loop import train
 from tests import faults
@@ -38,7 +39,7 @@ def test_muon_step_is_torchs_muon_and_fused_adamw(tiny_config, monkeypatch):
     is everything else a step does (momentum, Nesterov, LR scale, decay, AdamW's groups). The
     orthogonalisations themselves are compared in the next test."""
     monkeypatch.setattr(
-        torch.optim._muon, "_zeropower_via_newtonschulz", lambda g, *_: optim.orthogonalise([g])[0]
+        torch.optim._muon, "_zeropower_via_newtonschulz", lambda g, *_: newton_schulz.orthogonalise([g])[0]
     )
     ours_model, ours = _muon_model(tiny_config)
     theirs_model = copy.deepcopy(ours_model)
@@ -77,9 +78,9 @@ def test_the_orthogonalisation_is_torchs_within_bf16_rounding():
 
     torch.manual_seed(0)
     matrices = [torch.randn(*shape) for shape in ((64, 64), (64, 176), (176, 64), (256, 688))]
-    ns = optim.ORTHOGONALISERS["newton_schulz"]
-    for m, ours in zip(matrices, optim.orthogonalise(matrices), strict=True):
-        theirs = _zeropower_via_newtonschulz(m, ns.steps[0], len(ns.steps), optim.NS_EPS)
+    ns = newton_schulz.ORTHOGONALISERS["newton_schulz"]
+    for m, ours in zip(matrices, newton_schulz.orthogonalise(matrices), strict=True):
+        theirs = _zeropower_via_newtonschulz(m, ns.steps[0], len(ns.steps), newton_schulz.NS_EPS)
         assert ours.dtype == theirs.dtype == torch.bfloat16 and ours.shape == theirs.shape
         off = (ours.float() - theirs.float()).norm() / theirs.float().norm()
         assert off < 2e-2, (tuple(m.shape), off.item())

@@ -89,7 +89,7 @@ def test_sigterm_checkpoints_within_a_step_and_resumes_exactly(tiny_config, tmp_
     }
     cfg_path.write_text(json.dumps(job))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lehr.engine.dist.worker", str(cfg_path), str(tmp_path / "s.json")],
+        [sys.executable, "-m", "lehr.engine.processes.worker", str(cfg_path), str(tmp_path / "s.json")],
         stderr=subprocess.PIPE,
         text=True,
     )

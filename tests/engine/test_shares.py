@@ -1,4 +1,4 @@
-"""The machine-wide allocator of devices (lehr.engine.dist.shares): disjoint shares for runs side by
+"""The machine-wide allocator of devices (lehr.engine.processes.shares): disjoint shares for runs side by
 side, a wait for a share that is held, and a claim that ends with its holder however it dies.
 A machine of 4 GPUs is simulated (the allocator over 4 named devices); the holders are real
 processes, one killed with SIGKILL."""
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from lehr.engine.dist import shares
+from lehr.engine.processes import shares
 
 HOLDER = """
 import json, sys, time
-from lehr.engine.dist import shares
+from lehr.engine.processes import shares
 gpus, cores, nproc = sys.argv[1], sys.argv[2], int(sys.argv[3])
 machine = shares.Machine(tuple(int(c) for c in cores.split(",") if c), tuple(g for g in gpus.split(",") if g))
 with shares.claim(nproc, bool(machine.gpus), "test holder", machine, poll_s=0.05) as share:
@@ -120,7 +120,7 @@ def test_a_waiting_run_says_once_what_it_waits_for_and_how_to_declare(allocator,
     holder = allocator(cores="0,1")
     claimed(holder)
     machine = shares.Machine((0, 1))
-    caplog.set_level(logging.INFO, "lehr.engine.dist.shares")
+    caplog.set_level(logging.INFO, "lehr.engine.processes.shares")
 
     def end_holder():
         time.sleep(0.5)
@@ -176,7 +176,7 @@ def test_torchrun_workers_get_their_shares_gpus_and_threads(tiny_config, tmp_pat
     """What the launcher hands torchrun: the share's CUDA_VISIBLE_DEVICES and thread count win over
     the launcher's own default of one thread (the command itself is only recorded here)."""
     from lehr.engine.config import Launch
-    from lehr.engine.dist import launch
+    from lehr.engine.processes import launch
 
     seen = {}
 

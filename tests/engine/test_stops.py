@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from lehr.engine.artifacts.checkpoint import Rolling, verify
-from lehr.engine.dist.launch import Launch, run
+from lehr.engine.processes.launch import Launch, run
 from lehr.engine.run import loop
 from lehr.engine.run.loop import train
 from tests import faults
@@ -73,7 +73,7 @@ def _workers() -> list[psutil.Process]:
     return [
         p
         for p in psutil.Process().children(recursive=True)
-        if "lehr.engine.dist.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+        if "lehr.engine.processes.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
     ]
 
 

@@ -22,9 +22,9 @@ HELD_CHECKPOINT = "LEHR_FAULT_HELD_CHECKPOINT"  # a file: every checkpoint write
 def poison_steps(loop, steps: set[int], setattr=setattr) -> None:
     """The loss of each step in ``steps`` turns NaN, in every micro-batch and on every rank, as a
     poisoned batch would make it: the forward's output is multiplied by NaN, before the backward."""
-    original = loop.Run.step
+    original = loop.Run.train_step
 
-    def step(run):
+    def train_step(run):
         if run.prog.step not in steps:
             return original(run)
         forward = run.forward
@@ -39,7 +39,7 @@ def poison_steps(loop, steps: set[int], setattr=setattr) -> None:
         finally:
             run.forward = forward
 
-    setattr(loop.Run, "step", step)
+    setattr(loop.Run, "train_step", train_step)
 
 
 def held_checkpoints(module, release: str, setattr=setattr) -> None:

@@ -194,7 +194,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
                 "--nproc-per-node=2",
                 "--max-restarts=1",
                 "-m",
-                "lehr.engine.dist.worker",
+                "lehr.engine.processes.worker",
                 str(job_path),
                 str(summary),
             ],
@@ -211,7 +211,7 @@ def test_killed_ddp_worker_is_restarted_and_resumes_to_the_same_result(tiny_conf
     workers = [
         p
         for p in psutil.Process(proc.pid).children(recursive=True)
-        if "lehr.engine.dist.worker" in " ".join(p.cmdline())
+        if "lehr.engine.processes.worker" in " ".join(p.cmdline())
     ]
     assert len(workers) == 2
     workers[1].send_signal(signal.SIGKILL)

@@ -30,8 +30,8 @@ from lehr.dataprep.token_reader import load
 from lehr.engine.artifacts import code_identity
 from lehr.engine.artifacts.checkpoint import CheckpointError
 from lehr.engine.config import Launch
-from lehr.engine.dist.launch import run
 from lehr.engine.evals.tasks import TaskError, read_task
+from lehr.engine.processes.launch import run
 from lehr.engine.run.loop import train
 from lehr.engine.run.metrics import CLOCK_KEYS, timing
 from lehr.files import locks

@@ -81,7 +81,7 @@ def test_kill_9_of_a_ddp_stage_leaves_no_process_and_resumes(repo, smoke_repo, t
     workers = [
         p
         for p in family
-        if "lehr.engine.dist.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+        if "lehr.engine.processes.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
     ]
     assert len(workers) == 2 and all(psutil.Process(w.pid).ppid() != proc.pid for w in workers)
     killed = time.time()

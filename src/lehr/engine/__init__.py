@@ -1,17 +1,21 @@
 """The training engine: a plain PyTorch package (no Kedro, DVC or MLflow imports).
 
 What a step computes sits at the top, where a newcomer looks first: ``model`` (the transformer),
-``optim`` (AdamW and Muon), ``schedule`` (the learning rate and the data mix over the steps),
-``batches`` (the shard stream a step draws from), ``config`` (a run's settings, declared once
-in parts), ``hardware`` (precision profiles), ``fp8`` and ``memory`` (the estimate per GPU).
+``optim`` (AdamW and Muon: the optimizer, Muon's work over the processes, Newton-Schulz),
+``schedule`` (the learning rate and the data mix over the steps), ``batches`` (the shard stream a
+step draws from), ``config`` (a run's settings, declared once in parts), ``hardware`` (precision
+profiles), ``fp8`` and ``memory`` (the estimate per GPU).
 
 The rest is grouped by what it does:
 
 - ``run``: one run from start to end: ``loop`` (its outline), ``start`` (fresh, resume or
-  branch), ``step`` (one optimizer step), ``guard`` (non-finite steps and spikes), ``stopping``
-  (the stop policies), ``metrics`` (the run's log and its clock: ``RunLog``) and ``signals``;
-- ``dist``: more than one process: ``launch`` (torchrun or in-process) and ``worker`` (each
-  process's entry), ``distributed`` (process groups) and ``parallel`` (DDP and FSDP2);
+  branch), ``update`` (the update of one optimizer step), ``guard`` (non-finite steps and
+  spikes), ``plan`` (the learning rates and decisions of a plan, old and new on a resume),
+  ``stopping`` (the stop policies), ``metrics`` (the run's log and its clock: ``RunLog``),
+  ``tail`` (the tail average) and ``signals``;
+- ``processes``: more than one process: ``launch`` (torchrun or in-process) and ``worker`` (each
+  process's entry), ``distributed`` (process groups), ``parallel`` (DDP and FSDP2) and ``shares``
+  (which cores or GPUs a run may use);
 - ``artifacts``: what a run leaves: ``checkpoint`` (atomic, verified, exact resume),
   ``sharded_checkpoint`` (DCP under FSDP), ``run_saves`` (a run's checkpoints as the loop
   takes them), ``state`` (a checkpoint's ``state.json``, read there only), ``code_identity``

@@ -34,8 +34,10 @@ from lehr.config_parts import (
 from lehr.engine.batches import PACKINGS
 from lehr.engine.hardware import ATTENTION
 from lehr.engine.model import ModelConfig
-from lehr.engine.optim import MUON_WORK, OPTIMIZERS, ORTHOGONALISERS
-from lehr.engine.schedule import SHAPES
+from lehr.engine.optim import OPTIMIZERS
+from lehr.engine.optim.muon_work import MUON_WORK
+from lehr.engine.optim.newton_schulz import ORTHOGONALISERS
+from lehr.engine.schedule import SHAPES, cooldown_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -465,8 +467,8 @@ class BranchConfig(Part):
     def length(self, planned_steps: int, start: int) -> int:
         """The decay's steps, for a run planned to be ``planned_steps`` long branched at ``start``."""
         if self.decay_ratio:
-            return max(1, round(self.decay_ratio * start))
-        return self.decay_steps or max(1, round(self.decay_fraction * planned_steps))
+            return cooldown_steps(self.decay_ratio, start)
+        return self.decay_steps or cooldown_steps(self.decay_fraction, planned_steps)
 
 
 @dataclass(frozen=True, kw_only=True)

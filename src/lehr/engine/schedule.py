@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 SHAPES = ("linear", "cosine", "1-sqrt")
 
@@ -25,29 +26,37 @@ def decay_factor(progress: float, shape: str) -> float:
     raise ValueError(f"unknown decay shape {shape!r}; choose one of {', '.join(SHAPES)}")
 
 
-def lr_at(
-    step: int,
-    *,
-    schedule: str,
-    lr: float,
-    min_lr: float,
-    warmup_steps: int,
-    planned_steps: int,
-    anneal_start: int | None,
-    anneal_steps: int,
-    decay_shape: str,
-) -> float:
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    if schedule == "cosine":
-        progress = (step - warmup_steps) / max(1, planned_steps - warmup_steps)
-        return min_lr + (lr - min_lr) * decay_factor(progress, "cosine")
-    if schedule != "wsd":
-        raise ValueError(f"unknown schedule {schedule!r}; choose wsd or cosine")
-    if anneal_start is None or step < anneal_start:
-        return lr
-    progress = (step - anneal_start + 1) / max(1, anneal_steps)
-    return min_lr + (lr - min_lr) * decay_factor(progress, decay_shape)
+@dataclass(frozen=True, kw_only=True)
+class LrSchedule:
+    """The learning rate of every step of one plan."""
+
+    kind: str  # wsd or cosine
+    lr: float  # the peak
+    min_lr: float  # where the decay (or the cosine) ends
+    warmup_steps: int
+    planned_steps: int  # the cosine's end
+    anneal_start: int | None  # WSD's first step of the decay; None while it is undecided
+    anneal_steps: int
+    decay_shape: str
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.kind == "cosine":
+            progress = (step - self.warmup_steps) / max(1, self.planned_steps - self.warmup_steps)
+            return self.min_lr + (self.lr - self.min_lr) * decay_factor(progress, "cosine")
+        if self.kind != "wsd":
+            raise ValueError(f"unknown schedule {self.kind!r}; choose wsd or cosine")
+        if self.anneal_start is None or step < self.anneal_start:
+            return self.lr
+        progress = (step - self.anneal_start + 1) / max(1, self.anneal_steps)
+        return self.min_lr + (self.lr - self.min_lr) * decay_factor(progress, self.decay_shape)
+
+
+def cooldown_steps(ratio: float, steps: int) -> int:
+    """A decay of ``ratio`` of ``steps`` (the steps trained before it, or the planned ones), at
+    least one step: Hägele et al.'s cooldown of 20% is ``cooldown_steps(0.2, start)``."""
+    return max(1, round(ratio * steps))
 
 
 def mix_at(

@@ -4,7 +4,7 @@ the machine, and stopped whole.
 ``dvc queue start -j N`` runs N experiments at once but tells none of them about the others: each
 stage's torch took every core, and two anneals side by side ran 5.4x slower each. ``lehr queue
 start -j N`` declares N (``LEHR_JOBS``, which DVC's workers hand on to every stage they run), so
-each stage claims 1/N of the cores or its own GPUs (``lehr.engine.dist.shares``). Ctrl-C of ``dvc
+each stage claims 1/N of the cores or its own GPUs (``lehr.engine.processes.shares``). Ctrl-C of ``dvc
 exp run --run-all`` only stops DVC following the logs; here it stops the queue: no queued
 experiment starts, and each running one is interrupted as ``dvc queue kill`` does (SIGINT to its
 process group), so that its training stage saves a checkpoint in the project's run folders, where
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from lehr.engine.dist import shares
+from lehr.engine.processes import shares
 from lehr.errors import Explained, Stopped
 
 

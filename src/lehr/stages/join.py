@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from lehr.config_parts import from_mapping
 from lehr.engine.config import TrainConfig
-from lehr.engine.dist import launch
+from lehr.engine.processes import launch
 from lehr.stages.params import AnnealParams, PretrainParams
 from lehr.stages.training_job import anneal_job, check_stage_node, stable_job
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lehr.config_parts import require
 from lehr.engine.model import preset
+from lehr.engine.schedule import cooldown_steps
 from lehr.stages.ladder_params import LadderParams, ShapeRule
 from lehr.stages.params import AnnealParams, ModelParams, PretrainParams
 from lehr.stages.training_job import anneal_job, run_engine, stable_job
@@ -27,7 +28,7 @@ def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth:
     budgets = sorted(set(ladder.budgets))
     _check_budgets(p, ladder, budgets, per_step, manifest)
     last = budgets[-1] // per_step
-    decay = max(1, round(ladder.decay_ratio * last))
+    decay = cooldown_steps(ladder.decay_ratio, last)
     stable = dataclasses.replace(
         p,
         run_name="",  # keyed by the rung's config, so that every size and recipe has its own run
@@ -73,7 +74,7 @@ def family_gaps(
         gaps.append("not annealed (a stable phase's checkpoint), where every rung's endpoint is")
     else:
         start, steps = decay
-        if steps != max(1, round(family["decay_ratio"] * start)):  # a rung's rule (``rung_params``)
+        if steps != cooldown_steps(family["decay_ratio"], start):  # a rung's rule (``rung_params``)
             gaps.append(
                 f"an anneal of {steps} steps after {start} ({steps / start:.2f} of them) where each rung "
                 f"cools down {family['decay_ratio']} of the steps before it"

@@ -15,7 +15,6 @@ from tokenizers import Tokenizer
 from lehr import fixes
 from lehr.engine.artifacts.state import State, is_checkpoint, state_file
 from lehr.engine.batches import ShardSet
-from lehr.engine.dist import launch, shares
 from lehr.engine.evals.evaluation import (
     HeldOut,
     evaluate,
@@ -26,6 +25,7 @@ from lehr.engine.evals.evaluation import (
 )
 from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.engine.hardware import Hardware, resolve
+from lehr.engine.processes import launch, shares
 from lehr.files.atomic import sha256_file
 from lehr.reports import comparison
 from lehr.stages.folder_names import branch_name
@@ -113,7 +113,7 @@ def chosen_tasks(
 
 @contextlib.contextmanager
 def on_a_share(pretrain: PretrainParams) -> Iterator[Hardware]:
-    """The hardware evaluate scores on, within a share of the machine (``lehr.engine.dist.shares``):
+    """The hardware evaluate scores on, within a share of the machine (``lehr.engine.processes.shares``):
     one process's, and its GPU where it has one."""
     with shares.claim(1, launch.on_gpu(pretrain.device), "evaluate") as share, shares.pinned(share, 1):
         step_forwarder.tag_share(share.tags())
@@ -134,7 +134,7 @@ def evaluate_models(
     params: EvaluateParams,
 ) -> tuple[dict, str, dict]:
     """metrics.json, the samples, and the current branch's scored items (``lehr experiments`` pairs
-    them across experiments), on a share of the machine (``lehr.engine.dist.shares``)."""
+    them across experiments), on a share of the machine (``lehr.engine.processes.shares``)."""
     ours = origins(pre_anneal, branch_points)
     names = chosen_branches(branches, pretrain, anneal, params, ours)
     current = branch_name(pretrain, anneal)

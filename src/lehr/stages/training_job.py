@@ -9,7 +9,7 @@ from pathlib import Path
 from lehr import fixes
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import Launch, TrainConfig
-from lehr.engine.dist import launch
+from lehr.engine.processes import launch
 from lehr.paths import in_experiment_copy, project_root
 from lehr.stages.folder_names import anneal_run_dir, branch_name
 from lehr.stages.params import AnnealParams, PretrainParams

@@ -15,9 +15,9 @@ from lehr.engine.artifacts import checkpoint, code_identity
 from lehr.engine.artifacts.sharded_checkpoint import ShardedSaves
 from lehr.engine.batches import ShardSet, manifest_sha256
 from lehr.engine.config import TrainConfig
-from lehr.engine.dist import distributed, parallel
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import Transformer
+from lehr.engine.processes import distributed, parallel
 
 if TYPE_CHECKING:  # the run's parts, as the loop hands them in
     from lehr.engine.run.guard import StepGuard

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from lehr.engine.artifacts import checkpoint
-from lehr.engine.dist import distributed, parallel
+from lehr.engine.processes import distributed, parallel
 from lehr.files.atomic import new_staging
 
 SHARDS = "dcp"  # the subfolder of a checkpoint that holds the DCP shards

@@ -19,16 +19,16 @@ from lehr.engine.artifacts.run_saves import RunSaves, code_record
 from lehr.engine.artifacts.state import is_checkpoint
 from lehr.engine.batches import ShardSet
 from lehr.engine.config import TrainConfig
-from lehr.engine.dist import distributed, parallel
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
-from lehr.engine.hardware import memory_report, resolve
-from lehr.engine.run import plan, step, tail
+from lehr.engine.hardware import Hardware, memory_report, resolve
+from lehr.engine.processes import distributed, parallel
+from lehr.engine.run import plan, tail, update
 from lehr.engine.run.guard import StepGuard
 from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
 from lehr.engine.run.signals import GracefulStop
 from lehr.engine.run.start import build, start
-from lehr.engine.run.stopping import DivergedError, Divergence, policies
+from lehr.engine.run.stopping import DivergedError, Divergence, Progress, policies
 from lehr.engine.schedule import mix_at
 
 
@@ -44,7 +44,7 @@ def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
         stop = run.prog.stopped
         with GracefulStop() as signals:
             while stop is None and run.prog.step < run.end_step():
-                result = run.step()
+                result = run.train_step()
                 # Every rank learns of a signal to any rank, so all stop after the same step.
                 signalled = distributed.any_rank(signals.requested is not None, dist)
                 if (
@@ -81,20 +81,7 @@ class Run:
             cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention, cfg.compile
         )
         # Before any work: a run that cannot fit its GPU's free memory is refused, naming what would fit.
-        self.memory = memory.check_fits(
-            cfg.model,
-            memory.Setup(
-                cfg.micro_batch,
-                dist.world,
-                cfg.parallel,
-                self.hw.precision,
-                cfg.activation_checkpointing,
-                cfg.optimizer,
-                cfg.muon_work,
-            ),
-            # What is free now, not the GPU's size: another process may hold part of it.
-            torch.cuda.mem_get_info(self.hw.device)[0] if self.hw.device.type == "cuda" else None,
-        )
+        self.memory = _check_memory(cfg, dist.world, self.hw)
         self.out_dir = Path(cfg.out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.shards = ShardSet(cfg.shards, cfg.model.vocab_size, cfg.model.seq_len)
@@ -103,47 +90,45 @@ class Run:
         self.policies = policies(cfg)
         self.divergence = Divergence(cfg.max_consecutive_skips, self.hw.precision)
         self.guard = StepGuard(self.hw.device, cfg.spike_sigma, cfg.spike_window)
-        # Where the run starts: every rank reads the same checkpoints, once rank 0 has cleared
-        # what a killed save left behind.
-        if dist.is_main:
-            self.saves.rolling.recover()
-        distributed.barrier(dist)
-        self.mode, self.started_from, self.prog = start(
-            cfg, dist, self.hw, self.trainee, self.saves.rolling, self.shards
-        )
+        self.mode, self.started_from, self.prog = self._start()
         self._check_branch_points()
         if self.prog.loss_window:
             self.guard.load_state_dict(self.prog.loss_window)
         for policy in self.policies:
             policy.at_start(self.prog)
         core = self.trainee.model
-        peak = self.hw.peak_tflops
-        self.log = RunLog(
-            self.out_dir,
-            dist.is_main,
-            self.prog.step,
-            self.end_step(),
-            callbacks,
-            Throughput(
-                flops_per_token=core.flops_per_token(),
-                peak_flops=peak * 1e12 * dist.world if peak else None,
-            ),
-        )
+        self.log = self._open_log(callbacks)
         self._announce()
         # The model a step runs: sharded in place under FSDP, wrapped by DDP otherwise.
         self.model = core if parallel.is_sharded(core) else parallel.replicate(core, self.hw, dist.world)
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.first_step_compiles = cfg.compile
-        self.held = HeldOut.build(self.shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
-        self.tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
+        self.held, self.tasks, self.tokenizer = _eval_data(cfg, self.shards)
         self.scorer: Scorer | None = None
-        self.tokenizer = (
-            Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json"))
-            if cfg.sample_tokens or self.tasks
-            else None
-        )
         cfg.check_split(dist.world)
         self.log.restart_clock()
+
+    def _start(self) -> tuple[str, Path | None, Progress]:
+        """Where the run starts: every rank reads the same checkpoints, once rank 0 has cleared
+        what a killed save left behind."""
+        if self.dist.is_main:
+            self.saves.rolling.recover()
+        distributed.barrier(self.dist)
+        return start(self.cfg, self.dist, self.hw, self.trainee, self.saves.rolling, self.shards)
+
+    def _open_log(self, callbacks: list) -> RunLog:
+        peak = self.hw.peak_tflops
+        return RunLog(
+            self.out_dir,
+            self.dist.is_main,
+            self.prog.step,
+            self.end_step(),
+            callbacks,
+            Throughput(
+                flops_per_token=self.trainee.model.flops_per_token(),
+                peak_flops=peak * 1e12 * self.dist.world if peak else None,
+            ),
+        )
 
     def _announce(self) -> None:
         cfg, log = self.cfg, self.log
@@ -252,23 +237,23 @@ class Run:
         return mix_at(at, self.anneal_start, cfg.anneal_steps, cfg.stable_mix, cfg.anneal_mix)
 
     # -- one step ----------------------------------------------------------------------------------
-    def step(self) -> step.StepResult:
+    def train_step(self) -> update.StepResult:
         cfg, trainee, s = self.cfg, self.trainee, self.prog.step
         began = time.perf_counter()
-        lr = plan.step_lr(cfg, s, self.anneal_start)
+        lr = plan.lr_schedule(cfg, self.anneal_start).lr_at(s)
         optim.set_lr(trainee.optimizer, lr)
         batches = trainee.stream.next_batches(
             cfg.rows(s), self.mix(s), self.dist.rank, self.dist.world, cfg.micro_batch, self.hw.device
         )
         try:
-            loss = step.accumulate(
+            loss = update.accumulate(
                 self.forward, self.model, batches, trainee.scaler, self.hw, z_loss=cfg.z_loss
             )
         except torch.OutOfMemoryError as e:
-            raise step.out_of_memory(s, self.hw, cfg.micro_batch) from e
+            raise update.out_of_memory(s, self.hw, cfg.micro_batch) from e
         # Spike skipping compares the batch's loss, so every replica takes the same decision.
         batch_loss = distributed.mean_over_ranks(loss, self.dist) if cfg.spike_sigma else loss
-        grad_norm = step.update(
+        grad_norm = update.apply(
             trainee.model, trainee.optimizer, trainee.scaler, self.guard, cfg.grad_clip, batch_loss
         )
         self.prog.step += 1
@@ -292,10 +277,10 @@ class Run:
                 seconds,
             )
             self.log.restart_clock()
-        return step.StepResult(loss, grad_norm, lr)
+        return update.StepResult(loss, grad_norm, lr)
 
     # -- the sync point: the host reads the device, once ---------------------------------------
-    def sync_point(self, result: step.StepResult) -> None:
+    def sync_point(self, result: update.StepResult) -> None:
         prog, cfg = self.prog, self.cfg
         if self.hw.device.type == "cuda":
             torch.cuda.synchronize()  # timings below are of finished work
@@ -498,3 +483,29 @@ class Run:
             "tiers": self.trainee.stream.tokens_per_tier(range(0, prog.step), cfg.rows, self.mix),
             "branch_points": self.branch_points(),
         }
+
+
+def _check_memory(cfg: TrainConfig, world: int, hw: Hardware) -> memory.Estimate:
+    setup = memory.Setup(
+        cfg.micro_batch,
+        world,
+        cfg.parallel,
+        hw.precision,
+        cfg.activation_checkpointing,
+        cfg.optimizer,
+        cfg.muon_work,
+    )
+    # What is free now, not the GPU's size: another process may hold part of it.
+    free = torch.cuda.mem_get_info(hw.device)[0] if hw.device.type == "cuda" else None
+    return memory.check_fits(cfg.model, setup, free)
+
+
+def _eval_data(cfg: TrainConfig, shards: ShardSet) -> tuple[HeldOut, list, Tokenizer | None]:
+    """What the in-loop evals score: the held-out windows, the tasks and, for the tasks and the
+    sample, the shards' tokenizer."""
+    held = HeldOut.build(shards.heldout(), cfg.model.seq_len, cfg.eval_windows)
+    tasks = [read_task(Path(p)) for p in cfg.task_files.values()] if cfg.task_examples else []
+    tokenizer = (
+        Tokenizer.from_file(str(Path(cfg.shards) / "tokenizer.json")) if cfg.sample_tokens or tasks else None
+    )
+    return held, tasks, tokenizer

@@ -130,7 +130,7 @@ class RunLog:
         tok_per_s = self.tokens / seconds if self.tokens else None
         mfu = tok_per_s * rate.flops_per_token / rate.peak_flops if tok_per_s and rate.peak_flops else None
         # The loss of this step alone (not a window mean), so a resumed run logs the same curve.
-        self.step(
+        self.log_step(
             {
                 "step": step,
                 "kind": "train",
@@ -193,7 +193,7 @@ class RunLog:
             with open(self.timing_path, "a") as f:
                 f.write(json.dumps({"step": step, "kind": kind, "seconds": seconds}) + "\n")
 
-    def step(self, rec: dict) -> None:
+    def log_step(self, rec: dict) -> None:
         if not self.enabled:
             return
         self.record(rec)

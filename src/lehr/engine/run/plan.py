@@ -21,7 +21,7 @@ from lehr.config_parts import renames
 from lehr.engine.artifacts.checkpoint import CheckpointError
 from lehr.engine.config import StopRule, TrainConfig
 from lehr.engine.run.stopping import Progress, score, stalled
-from lehr.engine.schedule import lr_at, mix_at
+from lehr.engine.schedule import LrSchedule, mix_at
 
 log = logging.getLogger("lehr.train")
 
@@ -102,12 +102,11 @@ def early_stop_step(
     return None
 
 
-def step_lr(cfg: TrainConfig, step: int, anneal_start: int | None, planned_steps: int | None = None) -> float:
-    """The learning rate of ``step`` under ``cfg`` (its ``planned_steps``, or another's) with the
-    anneal starting at ``anneal_start``: what the loop sets, and what a plan check compares."""
-    return lr_at(
-        step,
-        schedule=cfg.schedule,
+def lr_schedule(cfg: TrainConfig, anneal_start: int | None, planned_steps: int | None = None) -> LrSchedule:
+    """The learning rates of ``cfg`` (its ``planned_steps``, or another's) with the anneal
+    starting at ``anneal_start``: what the loop sets, and what a plan check compares."""
+    return LrSchedule(
+        kind=cfg.schedule,
         lr=cfg.lr,
         min_lr=cfg.min_lr,
         warmup_steps=cfg.warmup_steps,
@@ -125,8 +124,9 @@ def _first_other_step(cfg: TrainConfig, old_planned: int, old_start, new_start, 
     def mix(s: int, start) -> dict:
         return mix_at(s, start, cfg.anneal_steps, cfg.stable_mix, cfg.anneal_mix)
 
+    old, new = lr_schedule(cfg, old_start, old_planned), lr_schedule(cfg, new_start)
     for s in range(steps):
-        a, b = step_lr(cfg, s, old_start, old_planned), step_lr(cfg, s, new_start)
+        a, b = old.lr_at(s), new.lr_at(s)
         if a != b:
             return s, "learning rate", f"{a:.8g}", f"{b:.8g}"
         if mix(s, old_start) != mix(s, new_start):

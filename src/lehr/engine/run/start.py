@@ -17,10 +17,10 @@ from lehr.engine import fp8, optim
 from lehr.engine.artifacts import checkpoint, code_identity, sharded_checkpoint
 from lehr.engine.batches import ShardSet, TrainStream
 from lehr.engine.config import OptimizerConfig, TrainConfig, math_diff
-from lehr.engine.dist import parallel
-from lehr.engine.dist.distributed import Dist
 from lehr.engine.hardware import Hardware
 from lehr.engine.model import Transformer
+from lehr.engine.processes import parallel
+from lehr.engine.processes.distributed import Dist
 from lehr.engine.run import plan, tail
 from lehr.engine.run.stopping import Progress
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from lehr.engine.optim import local_shard
+from lehr.engine.optim.muon_work import local_shard
 
 KEY = "tail_sum"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from lehr.engine.config import Launch, TrainConfig
-from lehr.engine.dist import shares
+from lehr.engine.processes import shares
 from lehr.engine.run.loop import train
 from lehr.files import locks
 from lehr.files.atomic import sibling
@@ -62,7 +62,7 @@ def run(
     wait_for_folder: bool = False,
     on_share: Callable[[shares.Share], None] | None = None,
 ) -> dict:
-    """Train ``cfg`` on a share of the machine (``lehr.engine.dist.shares``); returns rank 0's run
+    """Train ``cfg`` on a share of the machine (``lehr.engine.processes.shares``); returns rank 0's run
     summary with the share's ``tags()``. Multi-process runs go through torchrun.
 
     ``callback_specs`` are ``module:factory`` paths, built in whichever process is rank 0.
@@ -77,19 +77,21 @@ def run(
     # devices, so that the devices go to work that is not already being done.
     holding = locks.hold(out_dir, "training run", wait=wait_for_folder)
     nproc = launch.nproc_per_node
-    with holding if launch.node_rank == 0 else contextlib.nullcontext():
-        with shares.claim(nproc, on_gpu(cfg.device), f"training {out_dir}") as share:
-            if on_share is not None:
-                on_share(share)
-            with shares.pinned(share, nproc):
-                # One process trains in this one, unless its GPU is not the first this process sees:
-                # CUDA fixed its devices when torch first asked for them, so it goes through torchrun.
-                if nproc * launch.nnodes == 1 and share.first_gpu_index in (None, 0):
-                    summary = train(cfg, list(callback_specs))
-                else:
-                    env = {**(extra_env or {}), **share.env(nproc)}
-                    summary = _torchrun(cfg, launch, callback_specs, env, out_dir)
-            return {**summary, "share": share.tags()}
+    with (
+        holding if launch.node_rank == 0 else contextlib.nullcontext(),
+        shares.claim(nproc, on_gpu(cfg.device), f"training {out_dir}") as share,
+    ):
+        if on_share is not None:
+            on_share(share)
+        with shares.pinned(share, nproc):
+            # One process trains in this one, unless its GPU is not the first this process sees:
+            # CUDA fixed its devices when torch first asked for them, so it goes through torchrun.
+            if nproc * launch.nnodes == 1 and share.first_gpu_index in (None, 0):
+                summary = train(cfg, list(callback_specs))
+            else:
+                env = {**(extra_env or {}), **share.env(nproc)}
+                summary = _torchrun(cfg, launch, callback_specs, env, out_dir)
+        return {**summary, "share": share.tags()}
 
 
 def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_dir: Path) -> dict:
@@ -106,7 +108,7 @@ def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_d
             "torch.distributed.run",
             *torchrun_args(launch),
             "-m",
-            "lehr.engine.dist.worker",
+            "lehr.engine.processes.worker",
             str(cfg_path),
             str(summary_path),
         ]

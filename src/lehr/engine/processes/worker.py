@@ -1,4 +1,4 @@
-"""Entry point of each process torchrun launches: ``python -m lehr.engine.dist.worker JOB SUMMARY``.
+"""Entry point of each process torchrun launches: ``python -m lehr.engine.processes.worker JOB SUMMARY``.
 
 JOB is a JSON file ``{"config": ..., "callbacks": [...]}``; rank 0 writes its summary to SUMMARY.
 """
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lehr.engine.config import TrainConfig
-from lehr.engine.dist.launch import die_with_parent
+from lehr.engine.processes.launch import die_with_parent
 from lehr.engine.run.loop import train
 
 

@@ -1,4 +1,4 @@
-"""One optimizer step, all on the device: accumulate the micro-batches' gradients (autocast
+"""The update of one optimizer step, all on the device: accumulate the micro-batches' gradients (autocast
 forward, scaled loss plus the optional z-loss, backward; no gradient sync but on the last),
 unscale and clip, then the optimizer step, which skips itself when the guard says so (a
 non-finite grad norm, a loss spike). Nothing here reads a tensor on the host; the loop does that
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.tensor import DTensor
 
-from lehr.engine.dist import parallel
 from lehr.engine.hardware import Hardware, memory_report
+from lehr.engine.processes import parallel
 from lehr.engine.run.guard import StepGuard
 
 
@@ -55,7 +55,7 @@ def _share(t: torch.Tensor, n: int, rows: list[int]) -> torch.Tensor:
     return t * (n / sum(rows))
 
 
-def update(
+def apply(
     core: torch.nn.Module, optimizer, scaler, guard: StepGuard, grad_clip: float, loss: torch.Tensor
 ) -> torch.Tensor:
     """Unscale, clip, step (skipped on the device when the guard says so); returns the grad norm.
