@@ -93,6 +93,6 @@ def test_a_branch_point_inside_a_batch_size_warmup_is_named_by_the_tokens_it_tra
     timing = [json.loads(line) for line in (tmp_path / "timing.jsonl").read_text().splitlines()]
     clocks = {r["step"]: r for r in timing if r["kind"] == "train"}
     for r in steps:
-        assert r["tokens"] == cfg.rows_before(r["step"]) * 64
+        assert r["tokens"] == cfg.batch_ramp.rows_before(r["step"]) * 64
         clock = clocks.get(r["step"], r)
-        assert clock["tok_per_s"] * clock["seconds"] == pytest.approx(cfg.rows(r["step"] - 1) * 64)
+        assert clock["tok_per_s"] * clock["seconds"] == pytest.approx(cfg.batch_ramp.rows(r["step"] - 1) * 64)

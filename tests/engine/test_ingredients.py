@@ -454,10 +454,10 @@ WARMUP = dict(batch_warmup_steps=8, batch_warmup_start=2, planned_steps=12, eval
 
 def test_a_batch_size_warmup_draws_its_stages_and_counts_their_tokens(tiny_config, tmp_path):
     cfg = tiny_config(**WARMUP, out_dir=str(tmp_path / "warm"))
-    assert [cfg.rows(s) for s in range(10)] == [2, 2, 2, 4, 4, 4, 6, 6, 8, 8]
+    assert [cfg.batch_ramp.rows(s) for s in range(10)] == [2, 2, 2, 4, 4, 4, 6, 6, 8, 8]
     summary = run(cfg, Launch(nproc_per_node=1))
     rows = 3 * 2 + 3 * 4 + 2 * 6 + 4 * 8
-    assert summary["tokens"] == rows * 64 == cfg.rows_before(12) * 64
+    assert summary["tokens"] == rows * 64 == cfg.batch_ramp.rows_before(12) * 64
     assert sum(t["tokens"] for t in summary["tiers"].values()) == summary["tokens"]
     # Its first stage is a plain run of 2 sequences a step: the same windows, the same updates.
     plain = dict(WARMUP, batch_warmup_steps=0, batch_size=2, micro_batch=2, end_step=3)
@@ -488,15 +488,15 @@ def test_micro_batches_of_unequal_rows_weigh_each_by_its_rows():
 def test_a_batch_size_warmups_stages_and_tokens_invert_exactly():
     for steps, start, batch in ((8, 2, 8), (10, 4, 16), (105, 4, 16), (7, 1, 8), (3, 3, 12)):
         cfg = DataConfig(batch_size=batch, micro_batch=1, batch_warmup_steps=steps, batch_warmup_start=start)
-        stages = [cfg.rows(s) for s in range(steps)]
+        ramp = cfg.batch_ramp
+        stages = [ramp.rows(s) for s in range(steps)]
         assert stages == sorted(stages) and set(stages) == set(range(start, batch, start)), stages
-        assert [cfg.rows(s) for s in range(steps, steps + 3)] == [batch] * 3
+        assert [ramp.rows(s) for s in range(steps, steps + 3)] == [batch] * 3
         for s in range(steps + 5):
-            assert cfg.rows_before(s + 1) - cfg.rows_before(s) == cfg.rows(s)
-            assert cfg.steps_in(cfg.rows_before(s)) == s
-    assert [DataConfig(batch_warmup_steps=10).rows(s) for s in range(11)] == [4] * 4 + [8] * 3 + [12] * 3 + [
-        16
-    ]
+            assert ramp.rows_before(s + 1) - ramp.rows_before(s) == ramp.rows(s)
+            assert ramp.steps_in(ramp.rows_before(s)) == s
+    default_start = DataConfig(batch_warmup_steps=10).batch_ramp
+    assert [default_start.rows(s) for s in range(11)] == [4] * 4 + [8] * 3 + [12] * 3 + [16]
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from lehr.engine.model import ModelConfig
 from lehr.engine.optim import OPTIMIZERS
 from lehr.engine.optim.muon_work import MUON_WORK
 from lehr.engine.optim.newton_schulz import ORTHOGONALISERS
-from lehr.engine.schedule import SHAPES, cooldown_steps
+from lehr.engine.schedule import SHAPES, BatchRamp, cooldown_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,24 +191,10 @@ class DataConfig(Part):
         require_seed("data_seed", self.data_seed)
         check_mix(self.stable_mix, "stable_mix")
 
-    def rows(self, step: int) -> int:
-        """The sequences ``step`` draws: batch_size, or a stage of the batch-size warmup."""
-        if step >= self.batch_warmup_steps:
-            return self.batch_size
-        stages = self.batch_size // self.batch_warmup_start  # the last is batch_size itself
-        return self.batch_warmup_start * (1 + step * (stages - 1) // self.batch_warmup_steps)
-
-    def rows_before(self, step: int) -> int:
-        """The sequences the steps before ``step`` drew (times seq_len: the tokens trained)."""
-        ramp = sum(self.rows(s) for s in range(min(step, self.batch_warmup_steps)))
-        return ramp + max(0, step - self.batch_warmup_steps) * self.batch_size
-
-    def steps_in(self, rows: int) -> int:
-        """The most steps whose sequences add up to at most ``rows`` (>= 0)."""
-        ramp = self.rows_before(self.batch_warmup_steps)
-        if rows >= ramp:
-            return self.batch_warmup_steps + (rows - ramp) // self.batch_size
-        return next(s for s in range(self.batch_warmup_steps) if self.rows_before(s + 1) > rows)
+    @property
+    def batch_ramp(self) -> BatchRamp:
+        """The sequences each step draws (``schedule.BatchRamp``)."""
+        return BatchRamp(self.batch_size, self.batch_warmup_steps, self.batch_warmup_start)
 
 
 @dataclass(frozen=True, kw_only=True)

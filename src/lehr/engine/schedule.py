@@ -59,6 +59,36 @@ def cooldown_steps(ratio: float, steps: int) -> int:
     return max(1, round(ratio * steps))
 
 
+@dataclass(frozen=True)
+class BatchRamp:
+    """A batch-size warmup: ``start`` sequences a step, then 2x, 3x ... that, in stages as equal
+    as whole steps allow, below ``batch_size`` for the first ``warmup_steps`` (0 = none), then
+    ``batch_size``. The same steps then train fewer tokens (``rows_before``)."""
+
+    batch_size: int
+    warmup_steps: int
+    start: int
+
+    def rows(self, step: int) -> int:
+        """The sequences ``step`` draws: batch_size, or a stage of the warmup."""
+        if step >= self.warmup_steps:
+            return self.batch_size
+        stages = self.batch_size // self.start  # the last is batch_size itself
+        return self.start * (1 + step * (stages - 1) // self.warmup_steps)
+
+    def rows_before(self, step: int) -> int:
+        """The sequences the steps before ``step`` drew (times seq_len: the tokens trained)."""
+        ramp = sum(self.rows(s) for s in range(min(step, self.warmup_steps)))
+        return ramp + max(0, step - self.warmup_steps) * self.batch_size
+
+    def steps_in(self, rows: int) -> int:
+        """The most steps whose sequences add up to at most ``rows`` (>= 0)."""
+        ramp = self.rows_before(self.warmup_steps)
+        if rows >= ramp:
+            return self.warmup_steps + (rows - ramp) // self.batch_size
+        return next(s for s in range(self.warmup_steps) if self.rows_before(s + 1) > rows)
+
+
 def mix_at(
     step: int, anneal_start: int | None, anneal_steps: int, stable_mix: dict[str, float], anneal_mix: list
 ) -> dict[str, float]:

@@ -82,13 +82,13 @@ def stop_rule(p: PretrainParams) -> StopRule:
 def branch_point_steps(p: PretrainParams, seq_len: int, rule: StopRule) -> tuple[int, ...]:
     """``pretrain.branch_points`` as steps, each refused unless it is a whole step that the stable
     phase reaches whatever auto-anneal decides."""
-    per_step = p.batch_size * seq_len
+    per_step, ramp = p.batch_size * seq_len, p.batch_ramp
     last = rule.min_step if rule.auto else rule.planned_step
     steps = []
     for tokens in p.branch_points:
-        step = p.steps_in(max(0, tokens) // seq_len)
-        if tokens <= 0 or p.rows_before(step) * seq_len != tokens:
-            nearest = " or ".join(str(p.rows_before(s) * seq_len) for s in (step, step + 1) if s > 0)
+        step = ramp.steps_in(max(0, tokens) // seq_len)
+        if tokens <= 0 or ramp.rows_before(step) * seq_len != tokens:
+            nearest = " or ".join(str(ramp.rows_before(s) * seq_len) for s in (step, step + 1) if s > 0)
             warmup = (
                 f"; fewer in the first {p.batch_warmup_steps}, the batch-size warmup"
                 if p.batch_warmup_steps
@@ -102,7 +102,7 @@ def branch_point_steps(p: PretrainParams, seq_len: int, rule: StopRule) -> tuple
             why = "auto_anneal.min_fraction" if rule.auto else "planned_decay_fraction"
             raise ValueError(
                 f"pretrain.branch_points names {tokens} tokens (step {step}), past the stable phase: it "
-                f"surely runs to step {last} ({p.rows_before(last) * seq_len} tokens; {why} sets it), no "
+                f"surely runs to step {last} ({ramp.rows_before(last) * seq_len} tokens; {why} sets it), no "
                 "further. Name a smaller count, or lengthen the stable phase (pretrain.planned_steps)."
             )
         steps.append(step)

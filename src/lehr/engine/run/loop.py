@@ -146,7 +146,7 @@ class Run:
         if ingredients := cfg.model.ingredients + cfg.ingredients:
             log.info("ingredients: %s (docs/recipe.md)", ", ".join(ingredients))
         if cfg.batch_warmup_steps:
-            stages = sorted({cfg.rows(s) for s in range(cfg.batch_warmup_steps)})
+            stages = sorted({cfg.batch_ramp.rows(s) for s in range(cfg.batch_warmup_steps)})
             log.info(
                 "batch-size warmup: steps 0 to %d draw %s sequences, then %d; %.2fM tokens by step %d",
                 cfg.batch_warmup_steps - 1,
@@ -182,7 +182,7 @@ class Run:
 
     def _report_epochs(self, steps: range, when: str, warn_above: float | None) -> None:
         if self.dist.is_main:  # the tiers are counted where they are logged
-            tiers = self.trainee.stream.tokens_per_tier(steps, self.cfg.rows, self.mix)
+            tiers = self.trainee.stream.tokens_per_tier(steps, self.cfg.batch_ramp.rows, self.mix)
             self.log.epochs(tiers, when, warn_above)
 
     def end_checkpoint(self) -> Path:
@@ -243,7 +243,12 @@ class Run:
         lr = plan.lr_schedule(cfg, self.anneal_start).lr_at(s)
         optim.set_lr(trainee.optimizer, lr)
         batches = trainee.stream.next_batches(
-            cfg.rows(s), self.mix(s), self.dist.rank, self.dist.world, cfg.micro_batch, self.hw.device
+            cfg.batch_ramp.rows(s),
+            self.mix(s),
+            self.dist.rank,
+            self.dist.world,
+            cfg.micro_batch,
+            self.hw.device,
         )
         try:
             loss = update.accumulate(
@@ -257,13 +262,13 @@ class Run:
             trainee.model, trainee.optimizer, trainee.scaler, self.guard, cfg.grad_clip, batch_loss
         )
         self.prog.step += 1
-        self.prog.tokens += cfg.rows(s) * cfg.model.seq_len
+        self.prog.tokens += cfg.batch_ramp.rows(s) * cfg.model.seq_len
         if (
             cfg.tail_steps
             and tail.first_step(self.decay_end, cfg.tail_steps) <= self.prog.step <= self.decay_end
         ):
             tail.add(trainee.model, trainee.optimizer)
-        self.log.stepped(cfg.rows(s) * cfg.model.seq_len)
+        self.log.stepped(cfg.batch_ramp.rows(s) * cfg.model.seq_len)
         if self.first_step_compiles:  # timed apart, as a save is, so that no log window's tok/s holds it
             self.first_step_compiles = False
             if self.hw.device.type == "cuda":
@@ -381,7 +386,7 @@ class Run:
 
     def tokens_at(self, step: int) -> int:
         """The tokens trained by ``step`` (fewer than step x batch_size within a batch-size warmup)."""
-        return self.cfg.rows_before(step) * self.cfg.model.seq_len
+        return self.cfg.batch_ramp.rows_before(step) * self.cfg.model.seq_len
 
     def _check_branch_points(self) -> None:
         """A run resumed past a branch point it never kept cannot keep it any more (the weights of
@@ -480,7 +485,7 @@ class Run:
             "flops_per_token": self.trainee.model.flops_per_token(),
             "heldout": prog.evals[-1] if prog.evals else None,
             "best_loss": prog.best_loss,
-            "tiers": self.trainee.stream.tokens_per_tier(range(0, prog.step), cfg.rows, self.mix),
+            "tiers": self.trainee.stream.tokens_per_tier(range(0, prog.step), cfg.batch_ramp.rows, self.mix),
             "branch_points": self.branch_points(),
         }
 
