@@ -9,7 +9,7 @@ import mlflow
 from kedro.config import OmegaConfigLoader
 
 from lehr import settings
-from lehr.tracking import hooks, step_forwarder
+from lehr.tracking import hooks, mlflow_store, step_forwarder
 
 
 def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monkeypatch):
@@ -94,12 +94,12 @@ def test_a_queued_experiment_that_opens_a_new_store_keeps_its_artifacts_in_the_p
     workspace.mkdir(parents=True)
     monkeypatch.chdir(workspace)
     monkeypatch.setenv("DVC_ROOT", str(project))
-    uri = hooks.project_store("sqlite:///mlflow.db")
+    uri = mlflow_store.project_store("sqlite:///mlflow.db")
     # MLflow remembers the active experiment's id in the process; this store starts without one.
     monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
     mlflow.set_tracking_uri(uri)
     try:
-        hooks.use_experiment(uri, "lehr")
+        mlflow_store.use_experiment(uri, "lehr")
         with mlflow.start_run() as run:
             mlflow.log_text("{}", "reports/stable.json")
         where = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="reports"))
@@ -124,7 +124,7 @@ def test_an_experiment_whose_artifacts_are_in_a_deleted_copy_is_named_with_the_w
             "lehr", artifact_location=(tmp_path / ".dvc/tmp/exps/tmp1/mlruns/1").as_uri()
         )
         with caplog.at_level("WARNING"):
-            hooks.use_experiment(uri, "lehr")
+            mlflow_store.use_experiment(uri, "lehr")
         assert (
             mlflow.get_experiment_by_name("lehr").experiment_id
             == mlflow.tracking.fluent._active_experiment_id
