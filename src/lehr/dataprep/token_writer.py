@@ -173,42 +173,16 @@ def encode_task(
     root, parts = Path(corpus_root), Path(out_dir)
     key, contents = _key(task, tokenizer_sha, settings), _contents(task, root)
     record_path = parts / f".{key}{RESUME}"
-    if record_path.is_file():
-        record = json.loads(record_path.read_text())
-        done = parts / record["file"]
-        if (
-            record.get("contents") == contents
-            and done.is_file()
-            and done.stat().st_size == record["n_bytes_on_disk"]  # the cheap check first
-            and sha256_file(done) == record["sha256"]
-        ):
-            other = versions.differing(record.get("versions"), versions.DATA)
-            if other and not reuse_under_new_versions:
-                raise TokenStoreError(
-                    f"{done} was encoded under other versions ({', '.join(other)}), which can encode "
-                    f"other tokens. Delete {parts.parent} to encode again, install those versions, or "
-                    "set tokenize.reuse_under_new_versions: true to reuse it (the index then says so)."
-                )
-            return {**record, "reused": True}
+    if record_path.is_file() and (done := _finished(record_path, contents, reuse_under_new_versions)):
+        return {**done, "reused": True}
     tok = _WORKER_TOKENIZER.get(tokenizer_sha)
     if tok is None:
         tok = _WORKER_TOKENIZER[tokenizer_sha] = Tokenizer.from_str(tokenizer_json)
     parts.mkdir(parents=True, exist_ok=True)
     final = parts / f"{key}.bin"
-    tmp = sibling(final, "tmp")
-    n_docs = n_bytes = n_tokens = 0
-    try:
-        with open(tmp, "wb") as f:
-            for doc, ids in encode_documents(tok, task_documents(task, root, settings), settings.batch_size):
-                f.write(ids.tobytes())
-                n_docs += doc.last
-                n_bytes += len(doc.text.encode("utf-8"))
-                n_tokens += len(ids)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
+    n_docs, n_bytes, n_tokens = _write_part(
+        final, encode_documents(tok, task_documents(task, root, settings), settings.batch_size)
+    )
     record = {
         "task": task.index,
         "stream": task.stream,
@@ -224,6 +198,47 @@ def encode_task(
     }
     write_text_atomic(record_path, json.dumps(record))
     return {**record, "reused": False}
+
+
+def _finished(record_path: Path, contents: str, reuse_under_new_versions: bool) -> dict | None:
+    """The record of a part a run finished, if its file is whole and of these contents."""
+    record = json.loads(record_path.read_text())
+    done = record_path.parent / record["file"]
+    if not (
+        record.get("contents") == contents
+        and done.is_file()
+        and done.stat().st_size == record["n_bytes_on_disk"]  # the cheap check first
+        and sha256_file(done) == record["sha256"]
+    ):
+        return None
+    other = versions.differing(record.get("versions"), versions.DATA)
+    if other and not reuse_under_new_versions:
+        raise TokenStoreError(
+            f"{done} was encoded under other versions ({', '.join(other)}), which can encode "
+            f"other tokens. Delete {record_path.parent.parent} to encode again, install those versions, or "
+            "set tokenize.reuse_under_new_versions: true to reuse it (the index then says so)."
+        )
+    return record
+
+
+def _write_part(final: Path, encoded: Iterator) -> tuple[int, int, int]:
+    """The encoded documents' tokens written whole to ``final`` (never a part-written file there);
+    returns its documents, bytes of text and tokens."""
+    tmp = sibling(final, "tmp")
+    n_docs = n_bytes = n_tokens = 0
+    try:
+        with open(tmp, "wb") as f:
+            for doc, ids in encoded:
+                f.write(ids.tobytes())
+                n_docs += doc.last
+                n_bytes += len(doc.text.encode("utf-8"))
+                n_tokens += len(ids)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n_docs, n_bytes, n_tokens
 
 
 def _run(tasks: list[EncodeJob], workers: int, args: tuple) -> Iterator[dict]:
@@ -284,28 +299,7 @@ def _encode(
     workers = workers or os.cpu_count() or 1
     sha = tokenizer_sha256(tokenizer)
     args = (str(corpus.root), str(parts_dir), tokenizer.to_str(), sha, settings, reuse_under_new_versions)
-    t0, done_bytes, reused = time.perf_counter(), 0, 0
-    records = []
-    with tqdm(total=len(mine), unit="file", desc=f"encode {i}/{n}", mininterval=1.0) as bar:
-        for rec in _run(mine, min(workers, len(mine)), args):
-            records.append(rec)
-            reused += rec["reused"]
-            done_bytes += 0 if rec["reused"] else rec["n_bytes"]
-            bar.update(1)
-            bar.set_postfix_str(
-                f"{done_bytes / 1e6 / max(time.perf_counter() - t0, 1e-9):.2f} MB/s", refresh=False
-            )
-    seconds = max(time.perf_counter() - t0, 1e-9)
-    log.info(
-        "encoded %.1f MB in %.1f s (%.2f MB/s) with %d worker(s); %d of %d task(s) reused from an "
-        "earlier run",
-        done_bytes / 1e6,
-        seconds,
-        done_bytes / 1e6 / seconds,
-        workers,
-        reused,
-        len(mine),
-    )
+    records = _encode_tasks(mine, workers, args, f"encode {i}/{n}")
     streams: dict[str, dict] = {}
     for rec in records:
         part = {"task": rec["task"], "file": f"parts/{rec['file']}", "n_tokens": rec["n_tokens"]}
@@ -330,6 +324,33 @@ def _encode(
         },
         "streams": dict(sorted(streams.items())),
     }
+
+
+def _encode_tasks(tasks: list[EncodeJob], workers: int, args: tuple, desc: str) -> list[dict]:
+    """Each task's record, encoded by ``workers`` processes, with a progress bar and a closing line."""
+    t0, done_bytes, reused = time.perf_counter(), 0, 0
+    records = []
+    with tqdm(total=len(tasks), unit="file", desc=desc, mininterval=1.0) as bar:
+        for rec in _run(tasks, min(workers, len(tasks)), args):
+            records.append(rec)
+            reused += rec["reused"]
+            done_bytes += 0 if rec["reused"] else rec["n_bytes"]
+            bar.update(1)
+            bar.set_postfix_str(
+                f"{done_bytes / 1e6 / max(time.perf_counter() - t0, 1e-9):.2f} MB/s", refresh=False
+            )
+    seconds = max(time.perf_counter() - t0, 1e-9)
+    log.info(
+        "encoded %.1f MB in %.1f s (%.2f MB/s) with %d worker(s); %d of %d task(s) reused from an "
+        "earlier run",
+        done_bytes / 1e6,
+        seconds,
+        done_bytes / 1e6 / seconds,
+        workers,
+        reused,
+        len(tasks),
+    )
+    return records
 
 
 def save_index(root: Path, index: dict) -> None:

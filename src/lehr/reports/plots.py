@@ -107,19 +107,7 @@ def plot_curves(
     )
     ax_loss, ax_lr = axes[0], axes[-1]
     if task_accs:
-        for col in task_accs:
-            ev = curves[curves.kind == "eval"].dropna(subset=[col])
-            axes[1].plot(
-                ev.step, ev[col], "o-", markersize=3, label=col.removeprefix("tasks.").removesuffix(".acc")
-            )
-        sample = f"first {task_examples} examples" if task_examples else "a sample"
-        axes[1].set_ylabel(f"task accuracy\n({sample})")
-        axes[1].set_title(
-            f"task accuracy during training, on {sample} of each task (pretrain.task_examples); "
-            "task_accuracy.png scores every example",
-            fontsize="small",
-        )
-        axes[1].legend(fontsize="small")
+        _plot_task_accuracy(axes[1], curves, task_accs, task_examples)
     for phase in ("stable", "anneal"):
         part = curves[curves.phase == phase]
         train, ev = part[part.kind == "train"], part[part.kind == "eval"]
@@ -136,6 +124,20 @@ def plot_curves(
     ax_lr.set_xlabel("optimizer step")
     fig.tight_layout()
     return curves, fig
+
+
+def _plot_task_accuracy(ax: plt.Axes, curves: pd.DataFrame, task_accs: list[str], task_examples: int | None):
+    for col in task_accs:
+        ev = curves[curves.kind == "eval"].dropna(subset=[col])
+        ax.plot(ev.step, ev[col], "o-", markersize=3, label=col.removeprefix("tasks.").removesuffix(".acc"))
+    sample = f"first {task_examples} examples" if task_examples else "a sample"
+    ax.set_ylabel(f"task accuracy\n({sample})")
+    ax.set_title(
+        f"task accuracy during training, on {sample} of each task (pretrain.task_examples); "
+        "task_accuracy.png scores every example",
+        fontsize="small",
+    )
+    ax.legend(fontsize="small")
 
 
 def plot_ladder(fitted: dict) -> plt.Figure:
