@@ -13,13 +13,17 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
-from lehr.engine.evals.evaluation import HeldOut, window_nats, windows_per_pass
-from lehr.engine.evals.tasks import Scorer, Task, task_outcomes
-from lehr.engine.hardware import Hardware
+from lehr.engine.artifacts.checkpoint import verify
+from lehr.engine.batches import ShardSet, manifest_sha256
+from lehr.engine.evals.evaluation import HeldOut, load_model, window_nats, windows_per_pass
+from lehr.engine.evals.tasks import Scorer, Task, read_task, task_outcomes
+from lehr.engine.hardware import Hardware, resolve
 
 RESAMPLES = 2000
 LN2 = math.log(2)
@@ -142,6 +146,29 @@ def check_comparable(a: dict, b: dict, names: tuple[str, str]) -> None:
             f"{names[0]} sees {la}-token windows and {names[1]} {lb}-token ones: they would be scored on "
             "different windows. Compare models of one context length."
         )
+
+
+def checkpoints_difference(a: str, b: str, task_files: list[Path], windows: int, batch_size: int) -> dict:
+    """``b - a`` of two checkpoints (``difference``), on ``windows`` held-out windows per source of
+    the shards both trained on and on the tasks of ``task_files``: refused unless both see the same
+    items, and the shards are still the ones they trained on."""
+    paths = (Path(a), Path(b))
+    states = [verify(p) for p in paths]
+    check_comparable(*states, tuple(map(str, paths)))
+    shards = Path(states[0]["config"]["shards"])
+    if manifest_sha256(shards) != states[0]["manifest_sha256"]:
+        raise ValueError(
+            f"the shards in {shards} are not those {a} and {b} trained on (their manifest "
+            "changed since): the held-out windows would not be theirs. Re-make the shards they trained on."
+        )
+    hw = resolve("auto", "fp32", None)
+    models = [load_model(p, hw.device) for p in paths]
+    cfg = models[0].cfg
+    held = HeldOut.build(ShardSet(shards, cfg.vocab_size, cfg.seq_len).heldout(), cfg.seq_len, windows)
+    tokenizer = Tokenizer.from_file(str(shards / "tokenizer.json"))
+    tasks = [read_task(t) for t in task_files]
+    base, other = (score(m, held, tasks, tokenizer, hw, batch_size) for m in models)
+    return difference(base, other)
 
 
 def table(diff: dict, base: str, other: str) -> str:
