@@ -177,7 +177,7 @@ def only_child(folder: Path) -> Path:
 def run_arm(arm: Arm, project: Path, work: Path, windows: int, round_: int) -> Result:
     from lehr.engine.model import ModelConfig, Transformer
     from lehr.paths import branch_homes, catalog_paths
-    from lehr.stages.scoring import scored_weights
+    from lehr.pipelines.evaluate.scoring import scored_weights
 
     folder = worktree(project, arm.ref, work / arm.name)
     apply_settings(folder, arm.sets)

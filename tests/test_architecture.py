@@ -91,7 +91,10 @@ def test_the_engine_knows_nothing_of_kedro_dvc_or_mlflow():
                 assert not name.startswith(
                     (
                         "lehr.pipelines",
-                        "lehr.stages",
+                        "lehr.params",
+                        "lehr.jobs",
+                        "lehr.hooks",
+                        "lehr.commands",
                         "lehr.project",
                         "lehr.paths",
                         "lehr.catalog",

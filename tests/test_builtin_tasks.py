@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from lehr.dataprep.builtin_tasks import documents, last_word, make_tasks, next_sentence
-from lehr.stages.params import EvaluateParams
-from lehr.stages.scoring import chosen_tasks
+from lehr.params.stages import EvaluateParams
+from lehr.pipelines.evaluate.scoring import chosen_tasks
 
 DOC_A = (
     "The river rose through the night and the town waited. Boats were tied to every door. "

@@ -10,7 +10,7 @@ import pytest
 from lehr.__main__ import main
 from lehr.config_parts import from_mapping
 from lehr.dataprep.params import ShardParams
-from lehr.stages.params import AnnealParams, PretrainParams
+from lehr.params.stages import AnnealParams, PretrainParams
 from tests import ROOT
 
 
@@ -115,7 +115,7 @@ def test_a_renamed_key_is_refused_naming_its_new_name(cls, section, old, new, co
 
 
 def test_a_context_no_shard_can_hold_is_refused_naming_the_key_and_the_stream(tmp_path):
-    from lehr.project.experiments import context_problems
+    from lehr.params.check import context_problems
 
     streams = {"train/gold": {"shards": [{"n_tokens": 100}, {"n_tokens": 50}]}}
     (tmp_path / "manifest.json").write_text(json.dumps({"streams": streams}))

@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from lehr.__main__ import COMMANDS, main
-from lehr.errors import Stopped, located, parameter_problems, where_set
+from lehr.errors import Stopped
+from lehr.errors.messages import parameter_problems
+from lehr.params.key_lines import located, where_set
+from lehr.params.stages import AnnealParams, PretrainParams
 from lehr.project import sandbox
-from lehr.stages.params import AnnealParams, PretrainParams
 from tests import ROOT
 from tests.e2e import env, make_repo, sh
 
@@ -229,7 +231,7 @@ def test_ctrl_c_outside_the_loop_ends_a_stage_with_one_line_and_130(monkeypatch,
 def test_a_run_the_loop_stopped_says_its_signal_step_and_checkpoint(monkeypatch):
     from lehr.engine.config import Launch
     from lehr.engine.run import signals
-    from lehr.stages import training_job
+    from lehr.jobs import training_job
 
     summary = {"stopped": "signal", "step": 6, "out_dir": "runs/auto-1"}
     monkeypatch.setattr(training_job.launch, "run", lambda *a, **k: summary)
@@ -304,7 +306,7 @@ def test_a_lack_of_room_is_told_from_an_errno_wherever_the_writer_put_it(tmp_pat
     """safetensors says "(os error 27)" in text, torch.save "unexpected pos" with no errno at all."""
     import errno
 
-    from lehr.errors import explained, no_room
+    from lehr.errors.messages import explained, no_room
 
     assert no_room(OSError(errno.ENOSPC, "No space left on device")) == "the disk is full"
     assert no_room(RuntimeError("I/O error: File too large (os error 27)")) == (

@@ -30,7 +30,7 @@ def _branch(root, step: int, end: int, best: bool):
 
 
 def test_an_early_stopped_branch_is_scored_by_its_best_weights(tmp_path):
-    from lehr.stages.scoring import scored_weights
+    from lehr.pipelines.evaluate.scoring import scored_weights
 
     stopped = _branch(tmp_path / "stopped", step=700, end=770, best=True)
     assert scored_weights(stopped) == ("best", stopped / "best")
@@ -51,7 +51,7 @@ def _made_from(root, pre_anneal, current: bool):
 
 
 def test_branches_of_an_earlier_stable_phase_are_left_out_of_all_and_refused_by_name(tmp_path, caplog):
-    from lehr.stages.scoring import chosen_branches, origins
+    from lehr.pipelines.evaluate.scoring import chosen_branches, origins
 
     pre_anneal = tmp_path / "pre_anneal"
     pre_anneal.mkdir()

@@ -45,7 +45,7 @@ FILES = [
 
 
 def _exists(dotted: str) -> bool:
-    """A module, or a name inside one (``lehr.tracking.hooks.MlflowTracking``)."""
+    """A module, or a name inside one (``lehr.hooks.mlflow_tracking.MlflowTracking``)."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:

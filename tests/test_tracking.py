@@ -9,7 +9,8 @@ import mlflow
 from kedro.config import OmegaConfigLoader
 
 from lehr import settings
-from lehr.tracking import hooks, mlflow_store, step_forwarder
+from lehr.hooks.mlflow_tracking import MlflowTracking
+from lehr.tracking import mlflow_store, step_forwarder
 
 
 def test_a_long_replayed_history_reaches_mlflow_in_batches_within_its_limit(monkeypatch):
@@ -148,7 +149,7 @@ def test_the_projects_mlflow_yml_is_obeyed_and_its_absence_means_the_defaults(tm
     (tmp_path / "conf/local").mkdir()
     (tmp_path / "conf/base/mlflow.yml").write_text("enabled: false\nexperiment: mine\n")
     monkeypatch.delenv("LEHR_MLFLOW", raising=False)
-    hook = hooks.MlflowTracking()
+    hook = MlflowTracking()
     hook.after_context_created(_context_on(tmp_path / "conf"))
     assert hook._settings == {"enabled": False, "experiment": "mine"}
     hook.before_pipeline_run({}, None, None)  # off: returns before touching any store

@@ -33,7 +33,8 @@ import sys
 from pathlib import Path
 
 from lehr.commands import checkpoints, data, experiments, ladder, machines, model_folders, tracking
-from lehr.errors import EXIT, explained
+from lehr.errors import EXIT
+from lehr.errors.messages import explained
 
 # name: (what it does, its arguments, what runs it), in the order `lehr --help` lists them
 COMMANDS = {
@@ -106,7 +107,8 @@ def run_the_workspaces_code(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lehr.errors import VALIDATOR, Stopped, quiet_config_loader, quiet_errors, stop_on_signals
+    from lehr.errors import Stopped, stop_on_signals
+    from lehr.errors.kedro_logs import VALIDATOR, quiet_config_loader, quiet_errors
 
     quiet_config_loader()
     if argv is None:  # a command line, not a call from Python

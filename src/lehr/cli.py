@@ -16,18 +16,10 @@ from pathlib import Path
 import click
 from kedro.framework.cli.project import run as kedro_run
 
-from lehr.errors import (
-    EXIT,
-    NODE_FAILURE,
-    VALIDATOR,
-    Stopped,
-    explained,
-    held_back,
-    located,
-    quiet_errors,
-    release,
-    stop_on_signals,
-)
+from lehr.errors import EXIT, Stopped, stop_on_signals
+from lehr.errors.kedro_logs import NODE_FAILURE, VALIDATOR, held_back, quiet_errors, release
+from lehr.errors.messages import explained
+from lehr.params.key_lines import located
 
 
 @click.group(name="lehr")

@@ -4,11 +4,11 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from lehr.errors import quiet_config_loader
+from lehr.errors.kedro_logs import quiet_config_loader
+from lehr.hooks.config_in_force import ConfigInForce
+from lehr.hooks.mlflow_tracking import MlflowTracking
+from lehr.hooks.stage_lines import StageLines
 from lehr.paths import profile_in_force
-from lehr.project.conf_visibility import ConfigInForce
-from lehr.stages.lines import StageLines
-from lehr.tracking.hooks import MlflowTracking
 
 HOOKS = (ConfigInForce(), MlflowTracking(), StageLines())
 

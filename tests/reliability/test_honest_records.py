@@ -35,10 +35,10 @@ from lehr.engine.processes.launch import run
 from lehr.engine.run.loop import train
 from lehr.engine.run.metrics import CLOCK_KEYS, timing
 from lehr.files import locks
+from lehr.params.mix_checks import corpus_problems
+from lehr.params.stages import AnnealParams, PretrainParams, SoupParams
 from lehr.pipelines.soup.nodes import make_soup
 from lehr.pipelines.tokenize.nodes import encode_corpus, train_tokenizer
-from lehr.stages.mix_checks import corpus_problems
-from lehr.stages.params import AnnealParams, PretrainParams, SoupParams
 from tests import ROOT
 from tests.conftest import SMOKE_TOKENIZE
 from tests.e2e import dir_hash

@@ -15,14 +15,14 @@ def check(args: argparse.Namespace) -> int:
 
     `dvc exp run -S key=bad` removes a stage's outputs before its command can refuse the value;
     checking first (`make check-params`, `lehr exp`) keeps them."""
+    from lehr.params import tracked
+    from lehr.params.check import problems_of
     from lehr.paths import profile_in_force
-    from lehr.project import conf_visibility
-    from lehr.project.experiments import problems_of
 
     env = args.env or profile_in_force(Path.cwd())
-    for note in conf_visibility.unread_overrides(Path.cwd(), env):
+    for note in tracked.unread_overrides(Path.cwd(), env):
         print(f"note: {note}")
-    from lehr.errors import located
+    from lehr.params.key_lines import located
 
     problems = problems_of(Path.cwd(), env)
     for p in problems:

@@ -45,9 +45,9 @@ def _family_in_conf() -> dict | None:
     """The ladder's family as this project's params describe it: a fit made before fits recorded
     their own was made from these unless they changed since (ladder/dvc.lock says)."""
     from lehr.config_parts import from_mapping
+    from lehr.params.check import load_parameters
+    from lehr.params.ladder import LadderParams
     from lehr.paths import profile_in_force
-    from lehr.project.experiments import load_parameters
-    from lehr.stages.ladder_params import LadderParams
 
     conf = Path.cwd() / "conf"
     if not conf.is_dir():

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from lehr.errors import no_room
+from lehr.errors.messages import no_room
 
 log = logging.getLogger(__name__)
 _LEFTOVER = re.compile(r"^\.(tmp|old)-(.+)-(\d+)$")

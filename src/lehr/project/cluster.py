@@ -55,7 +55,7 @@ def plan_ladder(project: Path, env: str, rungs: str) -> dict[str, list[str]]:
     as ``lehr check`` does, so that a refused ladder refuses here, before anything is queued."""
     import yaml
 
-    from lehr.project.experiments import problems_of
+    from lehr.params.check import problems_of
 
     if not (project / "ladder/dvc.yaml").is_file():
         raise ValueError(

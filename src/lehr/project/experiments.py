@@ -26,75 +26,6 @@ from lehr.project.experiment_refs import experiment_ref, experiments_of, git, sh
 REPORTS = Path("data/08_reporting")
 
 
-# -- the params a run would see ------------------------------------------------------------------
-def load_parameters(conf: Path, env: str) -> dict:
-    from kedro.config import OmegaConfigLoader
-
-    loader = OmegaConfigLoader(
-        conf_source=str(conf), base_env="base", default_run_env=env, merge_strategy={"parameters": "soft"}
-    )
-    return loader["parameters"]
-
-
-def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
-    """The branch points against the planned stable phase and, with shards, the model's vocabulary
-    against their tokenizer's: what ``stable_config`` would refuse."""
-    from lehr.config_parts import from_mapping
-    from lehr.engine.model import preset
-    from lehr.stages.mix_checks import section
-    from lehr.stages.params import PretrainParams
-    from lehr.stages.train_config import branch_point_steps, model_config, stop_rule
-
-    try:
-        p = from_mapping(PretrainParams, section(parameters, "pretrain"), "pretrain")
-    except (KeyError, TypeError, ValueError):
-        return []  # ``check_all`` names what is wrong with the section itself
-    manifest_file = shards / "manifest.json"
-    try:
-        if manifest_file.is_file():
-            manifest = {**json.loads(manifest_file.read_text()), "root": str(shards)}
-            model = model_config(p, manifest)
-        else:  # no tokenizer yet: any vocabulary gives the context length
-            model = preset(p.model.preset, p.model.vocab_size or 256, **p.model.overrides)
-        branch_point_steps(p, model.seq_len, stop_rule(p))
-    except ValueError as e:
-        return [str(e)]
-    return context_problems(model.seq_len, shards)
-
-
-def context_problems(seq_len: int, shards: Path) -> list[str]:
-    """A context longer than every shard of a stream (the engine's rule: a window needs seq_len + 1
-    tokens of one shard), checked against the manifest without opening a shard."""
-    manifest = shards / "manifest.json"
-    streams = json.loads(manifest.read_text())["streams"] if manifest.is_file() else {}
-    return [
-        f"parameter pretrain.model.overrides.seq_len (the model's context, {seq_len} tokens) is longer than "
-        f"every shard of {name} in {shards} (longest: {max(s['n_tokens'] for s in entry['shards'])} tokens): "
-        "lower it, or raise shard.shard_tokens and run shard again"
-        for name, entry in streams.items()
-        if entry.get("shards") and max(s["n_tokens"] for s in entry["shards"]) <= seq_len
-    ]
-
-
-def problems_of(project: Path, env: str, conf: Path | None = None) -> list[str]:
-    """Every problem a stage would find with the params in ``conf`` (default: the project's), checked
-    against the data the project has now."""
-    from lehr.paths import catalog_paths
-    from lehr.project.conf_visibility import untracked
-    from lehr.stages.check import check_all
-    from lehr.stages.mix_checks import corpus_problems, mix_problems
-
-    parameters = load_parameters(conf or project / "conf", env)
-    paths = catalog_paths(project, env)
-    problems = (
-        check_all(parameters)
-        + mix_problems(parameters, paths["corpus"], paths["shards"])
-        + corpus_problems(paths["corpus"])
-    )
-    problems += pretrain_problems(parameters, paths["shards"])
-    return problems + untracked(project, env)
-
-
 # -- -S values, as DVC reads them ----------------------------------------------------------------
 def shadowed(project: Path, env: str, path: str, key: str) -> str | None:
     """Why a ``-S`` on ``path`` would change nothing the run reads: the profile's file sets ``key``
@@ -121,6 +52,8 @@ def check_sets(project: Path, env: str, sets: list[str]) -> list[str]:
     from dvc.exceptions import InvalidArgumentError
     from dvc.utils.cli_parse import to_path_overrides
     from dvc.utils.hydra import apply_overrides, get_hydra_sweeps
+
+    from lehr.params.check import load_parameters, problems_of
 
     if not sets:
         return []

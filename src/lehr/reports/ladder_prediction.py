@@ -74,7 +74,7 @@ def family_notes(family: dict | None, recorded: bool, run: dict | None) -> Itera
             "project's conf"
         )
     if run:
-        from lehr.stages.ladder_rungs import family_gaps  # torch and the engine: only for a checkpoint
+        from lehr.jobs.ladder_rungs import family_gaps  # torch and the engine: only for a checkpoint
 
         for gap in family_gaps(family, run["model"], run["decay"], run["batch_warmup_steps"]):
             yield f"note: an extrapolation across shapes: {gap}"
@@ -83,7 +83,7 @@ def family_notes(family: dict | None, recorded: bool, run: dict | None) -> Itera
 
 
 def _family(family: dict) -> str:
-    from lehr.stages.ladder_params import ShapeRule
+    from lehr.params.ladder import ShapeRule
 
     shape = ShapeRule(**family["shape"])
     overrides = ", ".join(f"{k} {v}" for k, v in sorted(family.get("overrides", {}).items()))

@@ -26,7 +26,8 @@ from safetensors.torch import load_model, save_model
 
 from lehr import fixes
 from lehr.engine.artifacts.state import STATE, STATE_SHA
-from lehr.errors import Explained, no_room
+from lehr.errors import Explained
+from lehr.errors.messages import no_room
 from lehr.files.atomic import (
     as_umask_allows,
     new_staging,

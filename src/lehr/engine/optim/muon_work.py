@@ -11,16 +11,24 @@ to compare against.
 from __future__ import annotations
 
 import sys
+import typing
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 import torch
 import torch.distributed as dist
 
 from lehr.engine.optim.newton_schulz import ORTHOGONALISERS, Orthogonaliser, orthogonalise
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.tensor import DTensor
+
 # How Muon's orthogonalisation is spread over the processes (DDP or FSDP): shared = each matrix
 # is orthogonalised once, by the rank that owns it; redundant = every rank orthogonalises every
 # matrix (the same update, N times the work).
-MUON_WORK = ("shared", "redundant")
+MuonWork = Literal["shared", "redundant"]
+MUON_WORK: tuple[MuonWork, ...] = typing.get_args(MuonWork)
 
 
 def local_shard(t: torch.Tensor) -> torch.Tensor:
@@ -28,7 +36,7 @@ def local_shard(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if is_dtensor(t) else t
 
 
-def is_dtensor(t: torch.Tensor) -> bool:
+def is_dtensor(t: torch.Tensor) -> TypeGuard[DTensor]:
     """Whether ``t`` is a DTensor, without importing ``torch.distributed.tensor`` (half a second,
     sympy included): a process that has not imported it (FSDP does) holds none, and the processes
     that only read a config (a stage's launcher, evaluate) never pay for it."""
@@ -47,7 +55,7 @@ def owners(shapes: list[torch.Size], world: int) -> list[int]:
 
 
 def orthogonalise_shared(
-    matrices: list[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
+    matrices: Sequence[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
 ) -> list[torch.Tensor]:
     """``orthogonalise`` with the work split over the processes of a DDP run. Under DDP every rank
     holds the same momentum-updated gradients, so a result computed by its owner is the one every
@@ -68,11 +76,11 @@ def orthogonalise_shared(
         matrices[0].device,
     )
     got[rank] = done
-    out: list[torch.Tensor] = [None] * len(matrices)  # type: ignore[list-item]
+    out: dict[int, torch.Tensor] = {}  # by matrix: the lists computes[k] name each matrix once
     for k in range(world):
         for i, y in zip(computes[k], got[k], strict=True):
             out[i] = y
-    return out
+    return [out[i] for i in range(len(matrices))]
 
 
 def check_layout(named: list[tuple[str, torch.Tensor]], whole_rows: bool = False) -> None:
@@ -102,8 +110,8 @@ def check_layout(named: list[tuple[str, torch.Tensor]], whole_rows: bool = False
 
 
 def orthogonalise_sharded(
-    parts: list[torch.Tensor],
-    params: list[torch.Tensor],
+    parts: Sequence[torch.Tensor],
+    params: Sequence[DTensor],
     owner: list[int] | None,
     method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"],
 ) -> list[torch.Tensor]:
@@ -148,11 +156,11 @@ def orthogonalise_sharded(
         group,
         parts[0].device,
     )
-    out: list[torch.Tensor] = [None] * len(params)  # type: ignore[list-item]
+    out: dict[int, torch.Tensor] = {}  # by matrix: the lists computes[k] name each matrix once
     for k in range(world):
         for i, y in zip(computes[k], back[k], strict=True):
             out[i] = y
-    return out
+    return [out[i] for i in range(len(params))]
 
 
 def _spans(n: int, world: int) -> list[tuple[int, int]]:
@@ -162,7 +170,10 @@ def _spans(n: int, world: int) -> list[tuple[int, int]]:
 
 
 def _exchange(
-    send: list[list[torch.Tensor]], shapes: list[list[torch.Size]], group, device
+    send: list[list[torch.Tensor]],
+    shapes: list[list[torch.Size]],
+    group: ProcessGroup | None,
+    device: torch.device,
 ) -> list[list[torch.Tensor]]:
     """One all-to-all in bf16: ``send[k]`` goes to rank k; returns, for each rank k, the tensors
     it sent this one, in the ``shapes[k]`` this rank expects."""

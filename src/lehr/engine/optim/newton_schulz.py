@@ -7,7 +7,9 @@ without bf16 instructions its bf16 products run in fp32, rounded at the same poi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -25,7 +27,9 @@ class Orthogonaliser:
     norm_scale: float  # above 1: a margin for the spectral norm to start below 1
 
 
-ORTHOGONALISERS = {
+OrthogonaliserName = Literal["newton_schulz", "polar_express"]  # muon_orthogonaliser's values
+
+ORTHOGONALISERS: dict[OrthogonaliserName, Orthogonaliser] = {
     "newton_schulz": Orthogonaliser((NS_COEFFICIENTS,) * NS_STEPS, 1.0),  # torch.optim.Muon's
     # Polar Express (Amsel et al. 2025, arXiv 2505.16932): coefficients fitted for each of the 5
     # iterations, as nanochat computes them (safety factor 2e-2, cushion 2), and its 1.01 margin.
@@ -62,7 +66,7 @@ def _step_in_fp32(x: torch.Tensor, a: float, b: float, c: float) -> torch.Tensor
 
 
 def orthogonalise(
-    matrices: list[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
+    matrices: Sequence[torch.Tensor], method: Orthogonaliser = ORTHOGONALISERS["newton_schulz"]
 ) -> list[torch.Tensor]:
     """Each matrix orthogonalised by ``method`` (by default torch.optim.Muon's Newton-Schulz, within
     bf16 rounding: ``_step_in_fp32``), with the matrices of one shape (a tall one transposed to
@@ -71,7 +75,7 @@ def orthogonalise(
     by_shape: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(matrices):
         by_shape.setdefault((min(m.shape), max(m.shape)), []).append(i)
-    out: list[torch.Tensor] = [None] * len(matrices)  # type: ignore[list-item]
+    out: dict[int, torch.Tensor] = {}  # by index: the groups of shapes together cover every matrix
     for index in by_shape.values():
         tall = [matrices[i].size(0) > matrices[i].size(1) for i in index]
         x = torch.stack(
@@ -86,4 +90,4 @@ def orthogonalise(
             x = step(x, a, b, c)
         for i, t, y in zip(index, tall, x.unbind(), strict=True):
             out[i] = y.mT if t else y
-    return out
+    return [out[i] for i in range(len(matrices))]

@@ -1,12 +1,12 @@
 """evaluate: held-out loss, perplexity and bits-per-byte of ``pre_anneal`` and anneal branches,
-per source, against a unigram baseline, and every task (``lehr.stages.scoring``, plain Python); curves
+per source, against a unigram baseline, and every task (``scoring`` beside it, plain Python); curves
 and plots across stable + anneal (``lehr.reports.plots``)."""
 
 import pandas as pd
 
+from lehr.params.stages import PretrainParams
+from lehr.pipelines.evaluate.scoring import evaluate_models
 from lehr.reports.plots import plot_curves, plot_tasks
-from lehr.stages.params import PretrainParams
-from lehr.stages.scoring import evaluate_models
 
 __all__ = ["evaluate_models", "plot_tasks", "plot_training_curves"]
 

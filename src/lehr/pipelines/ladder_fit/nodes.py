@@ -8,9 +8,9 @@ import logging
 
 import matplotlib.pyplot as plt
 
+from lehr.params.ladder import LadderParams
 from lehr.reports.plots import plot_ladder
 from lehr.reports.scaling_fit import report
-from lehr.stages.ladder_params import LadderParams
 
 log = logging.getLogger(__name__)
 

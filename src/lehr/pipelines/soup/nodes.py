@@ -11,7 +11,7 @@ from pathlib import Path
 from lehr.catalog.branches_dataset import kind_of
 from lehr.engine.artifacts.soup import average
 from lehr.files.names import RULE, is_folder_name
-from lehr.stages.params import SoupParams
+from lehr.params.stages import SoupParams
 from lehr.tracking.provenance import branched_from
 
 log = logging.getLogger(__name__)

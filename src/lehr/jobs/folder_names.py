@@ -11,7 +11,7 @@ from pathlib import Path
 from lehr.config_parts import not_in_use
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import StopRule, TrainConfig
-from lehr.stages.params import AnnealParams, PretrainParams
+from lehr.params.stages import AnnealParams, PretrainParams
 
 
 def _key(*parts) -> str:

@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from lehr.config_parts import from_mapping
 from lehr.engine.config import TrainConfig
 from lehr.engine.processes import launch
-from lehr.stages.params import AnnealParams, PretrainParams
-from lehr.stages.training_job import anneal_job, check_stage_node, stable_job
+from lehr.jobs.training_job import anneal_job, check_stage_node, stable_job
+from lehr.params.stages import AnnealParams, PretrainParams
 
 STAGES = ("pretrain_stable", "anneal")
 

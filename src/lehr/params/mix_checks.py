@@ -1,6 +1,6 @@
 """The data mixes' tiers against the data there is (the corpus's tiers, or without a corpus the
 shards'), checked before any work: by ``lehr check`` and ``lehr exp`` before anything runs, and by
-every Kedro run that trains (``conf_visibility.ConfigInForce``), naming the parameter. Plain
+every Kedro run that trains (``hooks.config_in_force``), naming the parameter. Plain
 Python: every stage's hooks import it, so it imports nothing of the engine."""
 
 from __future__ import annotations
