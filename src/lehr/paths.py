@@ -54,11 +54,17 @@ def catalog(project: Path, env: str | None = None) -> dict:
 
 def catalog_paths(project: Path, env: str | None = None) -> dict[str, Path]:
     """Dataset name -> its path (``path`` or ``filepath``), under ``env`` (default: the profile in force)."""
+    return {name: project / where for name, where in catalog_files(project, env).items()}
+
+
+def catalog_files(project: Path, env: str | None = None) -> dict[str, str]:
+    """Dataset name -> its path as the catalog writes it, relative to the project: the path of the
+    file in any commit of the project (``git show <commit>:<path>``)."""
     out = {}
     for name, spec in catalog(project, env).items():
         where = spec.get("path") or spec.get("filepath") if isinstance(spec, dict) else None
         if where:
-            out[name] = project / where
+            out[name] = where
     return out
 
 

@@ -16,13 +16,14 @@ def ladder_arguments(p: argparse.ArgumentParser) -> None:
         help="a trained model instead (e.g. data/06_models/anneal/<branch>/final): its size and tokens, "
         "its own figure beside the prediction, and how its shape and anneal differ from the ladder's",
     )
-    p.add_argument("--fit", default="data/08_reporting/ladder.json", help="the ladder's fit (make ladder)")
+    p.add_argument("--fit", help="the ladder's fit (make ladder); default: the catalog's ladder_fit")
 
 
 def ladder(args: argparse.Namespace) -> int:
+    from lehr.paths import catalog_paths
     from lehr.reports import ladder_prediction
 
-    path = Path(args.fit)
+    path = Path(args.fit) if args.fit else catalog_paths(Path.cwd())["ladder_fit"]
     if not path.is_file():
         raise FileNotFoundError(f"no ladder fit at {path}: run `make ladder` first (docs/ladder.md)")
     if (args.checkpoint is None) == (args.params is None or args.tokens is None) or (

@@ -9,18 +9,19 @@ import json
 import subprocess
 from pathlib import Path
 
-METRICS = "data/08_reporting/metrics.json"
-
 
 def experiment_branches(project: Path) -> dict[str, str]:
     """The branch each experiment of the baseline commit trained (its metrics.json says which), by name."""
+    from lehr.paths import catalog_files
+
     out = {}
+    metrics_file = catalog_files(project)["metrics"]
     try:
         exps = experiments_of(project, git(project, "rev-parse", "HEAD").strip())
     except (subprocess.CalledProcessError, OSError):  # no git, or no commit yet: no experiments
         return out
     for name, sha in exps:
-        metrics = show(project, sha, METRICS)
+        metrics = show(project, sha, metrics_file)
         branch = json.loads(metrics).get("anneal", {}).get("branch") if metrics else None
         if branch:
             out[branch] = name

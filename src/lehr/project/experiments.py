@@ -23,8 +23,6 @@ import yaml
 
 from lehr.project.experiment_refs import experiment_ref, experiments_of, git, show
 
-REPORTS = Path("data/08_reporting")
-
 
 # -- -S values, as DVC reads them ----------------------------------------------------------------
 def shadowed(project: Path, env: str, path: str, key: str) -> str | None:
@@ -54,6 +52,7 @@ def check_sets(project: Path, env: str, sets: list[str]) -> list[str]:
     from dvc.utils.hydra import apply_overrides, get_hydra_sweeps
 
     from lehr.params.check import load_parameters, problems_of
+    from lehr.paths import branch_homes
 
     if not sets:
         return []
@@ -70,6 +69,7 @@ def check_sets(project: Path, env: str, sets: list[str]) -> list[str]:
             f"-S {' -S '.join(sets)}: {e} (DVC's -S grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
         ]
     problems: list[str] = []
+    by_hand = branch_homes(project, env)[1]
     with tempfile.TemporaryDirectory(prefix="lehr-exp-") as tmp:
         for combo in sweeps:
             conf = Path(tmp) / "conf"
@@ -84,11 +84,11 @@ def check_sets(project: Path, env: str, sets: list[str]) -> list[str]:
                 continue
             problems += [f"{p} (from {said})" for p in problems_of(project, env, conf)]
             chosen = (load_parameters(conf, env).get("anneal") or {}).get("branch")
-            if chosen and (project / "data/06_models/branches" / chosen).is_dir():
+            if chosen and (by_hand / chosen).is_dir():
                 problems.append(
                     f"parameter anneal.branch = {chosen!r} is a branch trained by hand "
-                    f"(data/06_models/branches/{chosen}): an experiment's branch may not take its name; "
-                    f"choose another (from {said})"
+                    f"({(by_hand / chosen).relative_to(project)}): an experiment's branch may not take its "
+                    f"name; choose another (from {said})"
                 )
     return list(dict.fromkeys(problems))
 
@@ -305,7 +305,10 @@ def changed(base: dict, other: dict) -> list[str]:
 
 
 def figures(project: Path, rev: str) -> tuple[dict | None, dict | None]:
-    metrics, items = (show(project, rev, str(REPORTS / f)) for f in ("metrics.json", "scored_items.json"))
+    from lehr.paths import catalog_files
+
+    files = catalog_files(project)
+    metrics, items = (show(project, rev, files[name]) for name in ("metrics", "scored_items"))
     return (json.loads(metrics) if metrics else None), (json.loads(items) if items else None)
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lehr.paths import catalog_paths
+from lehr.paths import branch_homes, catalog_paths
 
 MARKER = ".lehr-sandbox"
 COPIED = (
@@ -119,7 +119,7 @@ def own_work(sandbox: Path) -> list[str]:
     commits = int(git("rev-list", "--count", "--branches", "--tags") or 0) - 1
     exps = len(git("for-each-ref", "--format=%(refname)", "refs/exps").splitlines())
     queued = git("stash", "list", "refs/exps/celery/stash")  # DVC's queue
-    by_hand = [p.name for p in (sandbox / "data/06_models/branches").glob("[!.]*")]
+    by_hand = [p.name for p in branch_homes(sandbox)[1].glob("[!.]*")]
     edited = git("status", "--porcelain", "--untracked-files=no")
     return [
         *([f"{commits} commit(s) of your own"] if commits > 0 else []),
