@@ -1,6 +1,6 @@
 """The recipe's evidence, as DVC experiments on the default run, and its tables.
 
-The ledger (issue 34; lehr.reports.ledger): the default at a few seeds gives the noise floor, and
+The ledger (lehr.reports.ledger): the default at a few seeds gives the noise floor, and
 each ingredient alone at the same seeds is compared with the default of its seed (paired 95%
 interval over the same held-out windows, tok/s against the default's):
 
@@ -53,7 +53,7 @@ BASE = {
     "pretrain.muon_lr": 0.02,
     "pretrain.precision": "fp32",
     f"{MODEL}.qk_norm": "false",
-    f"{MODEL}.layer_scalars": "false",  # in the default since 2026-12-04
+    f"{MODEL}.layer_scalars": "false",  # in the default now
     f"{MODEL}.n_layer": 4,
     f"{MODEL}.d_model": 192,
     f"{MODEL}.d_ff": 512,
@@ -202,7 +202,7 @@ INGREDIENTS = {
         "Tail-EMA; Polyak",
         {"anneal.tail_fraction": 0.2},
     ),
-    # Levers for time (issue 53): the same tokens in half the steps of twice the sequences, so that
+    # Levers for time: the same tokens in half the steps of twice the sequences, so that
     # each optimizer step (Newton-Schulz included) and each eval, still every 40 and 20 steps, comes
     # half as often. The plan's fractions keep the stable phase at 245 steps and a 140-step anneal;
     # the warmup keeps its tokens.
@@ -220,11 +220,10 @@ INGREDIENTS = {
     # Half the evals: every 80 stable and 40 anneal steps, the patience halved in evals so that early
     # stopping waits the same steps, and auto-anneal's stall window 4 evals (320 steps; 240 before).
     # The weights are the default's unless one of those decisions changes; the time is the lever.
-    # Adopted on 2026-12-05 (docs/recipe.md; its runs that day had a stall window of 3, which never
-    # fired either).
+    # Adopted (docs/recipe.md; its measured runs had a stall window of 3, which never fired either).
     "evals-half": (
         "an eval every 80 stable and 40 anneal steps (stall window 4, patience 2)",
-        "the recipe's eval cost (issue 53)",
+        "the recipe's eval cost",
         {
             "pretrain.eval_every": 80,
             "pretrain.auto_anneal.stall_window": 4,
@@ -243,7 +242,7 @@ def _params(path: Path) -> dict:
 
 def in_default(settings: dict, project: Path) -> bool:
     """Whether the default of ``project``'s conf/base already has every one of ``settings``: its
-    ledger row would compare the default with itself (as `layer-scalars` would since 2026-12-04)."""
+    ledger row would compare the default with itself (as `layer-scalars` would now)."""
     for key, value in settings.items():
         path = key.lstrip("+").split(".")
         node = _params(project / FILES[path[0]])
@@ -356,7 +355,7 @@ def _stage_time(label: str, seeds: list[int]) -> float | None:
 
 
 REPORTS = "data/08_reporting"
-# r-baseline's final held-out bits per byte on the curves' measure (2026-11-30), for checkouts
+# r-baseline's final held-out bits per byte on the curves' measure, for checkouts
 # that do not hold its experiment ref (experiment refs stay in the repository that ran them).
 BASELINE_CURVE_FINAL = 1.856
 
@@ -457,7 +456,7 @@ def timing(name: str, stage: str) -> dict | None:
         )
     except mlflow.exceptions.MlflowException:
         # A store whose experiment a queued run created before lehr placed its artifacts beside the
-        # store (2026-12-04) kept them in DVC's temporary workspace, which DVC has deleted since.
+        # store kept them in DVC's temporary workspace, which DVC has deleted since.
         return None
     return json.loads(Path(local).read_text())
 

@@ -70,7 +70,7 @@ def config(shards: Path, out: Path, **overrides) -> TrainConfig:
         sample_tokens=0,
         device="cuda",
         precision="bf16",
-        compile=False,  # the checks as they passed on 2026-11-30; bench/gpu.sh times compiled runs
+        compile=False,  # eager, as the checks first passed; bench/gpu.sh times compiled runs
     )
     return TrainConfig(**{**base, **overrides})
 

@@ -1,4 +1,4 @@
-"""Benchmark: the GPU line (issue 53). An engine-only run of a large preset at a fixed token budget,
+"""Benchmark: the GPU line. An engine-only run of a large preset at a fixed token budget,
 under FSDP2 with Muon, evals included: tok/s, MFU and the share of the wall time its evals take.
 
     python bench/gpu_line.py                                          # llama-350m, llama-1b on the GPU

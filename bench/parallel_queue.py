@@ -1,4 +1,4 @@
-"""Experiments side by side (issue 50): the same two anneal-only experiments, queued and run one
+"""Experiments side by side: the same two anneal-only experiments, queued and run one
 after the other (``lehr queue start -j 1``: each stage on the whole machine, as before shares), then
 two at once (``-j 2``: each on half the cores), in one run on one machine. It prints each way's wall
 time and their ratio, each anneal's own time and bits per byte, and whether an experiment run beside

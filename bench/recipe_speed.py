@@ -10,7 +10,7 @@ the default with each ingredient on, in the same interleaved rounds: the ledger'
 measured side by side rather than from runs trained hours apart. An ingredient of the anneal alone
 (tail averaging) leaves the stable phase's speed as it is, and one of the run's plan (the batch-size
 warmup) is timed by its whole run: neither is timed here; one the default already
-has (the residual scalars, since 2026-12-04) is timed the other way, as the default without it.
+has (the residual scalars) is timed the other way, as the default without it.
 
 Speed only: both train the default model size on random tokens with evals and checkpoints off
 (the default run's logged tok/s leaves those out too).
@@ -34,7 +34,7 @@ from synthetic import synthetic_shards
 from train_loop import lehr_tok_s, speed_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf/base/parameters_pretrain_stable.yml"
-# What the default run trained with before the recipe of issue 12: cpu-demo as it was then.
+# What the default run trained with before the recipe's ingredients: cpu-demo as it was then.
 BEFORE = dict(
     preset="cpu-demo",
     overrides=dict(seq_len=128, n_layer=4, n_head=4, d_model=192, d_ff=512, qk_norm=False),

@@ -1,5 +1,5 @@
 """Benchmark: the wall time the training stages take to reach the default run's quality, today's
-default against a candidate, side by side in one run (issue 53).
+default against a candidate, side by side in one run.
 
     python bench/speedrun.py                                  # HEAD against the frozen default
     python bench/speedrun.py --candidate my-branch \
