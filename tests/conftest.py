@@ -62,7 +62,8 @@ def pytest_configure(config):
 
 
 # The files that take longest, longest first (per-file sums of a 2-worker run's durations,
-# 2026-12-02; each 1 to 5 minutes): scheduled first, so that no worker ends on one of them while
+# 2026-12-02; each 1 to 5 minutes), by file name wherever its room's folder puts it (no two test
+# files under tests/ share a name): scheduled first, so that no worker ends on one of them while
 # the others idle. The tour asks for the session's smoke run only at its end, and the second file
 # needs none, so that those workers start working while another builds it. (make test keeps this
 # order: pytest-xdist's --no-loadscope-reorder.)

@@ -1,7 +1,7 @@
 """`lehr mlflow-server` beyond this machine: MLflow answers only requests whose Host header it
 allows (its guard against DNS rebinding), so lehr allows this machine's names and addresses; a
 client elsewhere that names the machine is answered, one that names another host is not
-(tests/test_team.py runs the server itself, on 127.0.0.1)."""
+(tests/project/test_team.py runs the server itself, on 127.0.0.1)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def test_a_sandbox_with_your_commits_or_experiments_is_kept(tmp_path):
 
 def test_the_ladder_comes_along_only_when_asked_for(tmp_path):
     """Stages the sandbox has never run, without a lock, make `dvc pull` and `dvc checkout` exit
-    non-zero (tests/test_team.py runs them in a sandbox after its `dvc repro`)."""
+    non-zero (tests/project/test_team.py runs them in a sandbox after its `dvc repro`)."""
     plain = sandbox.create(ROOT, tmp_path / "plain", "smoke")
     assert not (plain / "ladder").exists()
     with_ladder = sandbox.create(ROOT, tmp_path / "ladder", "smoke", ladder=True)

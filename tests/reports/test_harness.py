@@ -18,8 +18,9 @@ from lehr.__main__ import main
 from lehr.engine.evals.evaluation import load_model
 from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
 from lehr.engine.run.loop import train
+from tests import ROOT
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = ROOT / "tests/fixtures"
 pytestmark = pytest.mark.slow
 
 # One task of each request type lm-eval has. target_delimiter "" keeps lehr's task format as it is:

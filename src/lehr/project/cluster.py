@@ -263,7 +263,8 @@ def _gather_rungs(project: Path, sweep: Sweep, done: list[str], say) -> dict[str
     for name in done:
         (target,) = sweep.tasks[name]
         out = dvc(project, "repro", "--pull", "--single-item", target)
-        if "is cached" in out or "didn't change" in out:  # DVC's words: tests/test_cluster.py pins them
+        # DVC's words: tests/project/test_cluster.py pins them
+        if "is cached" in out or "didn't change" in out:
             how = "restored from the run cache" if "is cached" in out else "here already"
             say(f"{name}: {how} ({target})")
         else:

@@ -165,7 +165,7 @@ def _experiment(sweep: Sweep, clone: Path, name: str, log) -> dict:
         log(" ".join(cmd))
         _step(cmd, clone, _stage_env(sweep), capture=False)
     pushed = _step([*DVC, "exp", "push", "origin", name], clone)
-    if "diverged" in pushed:  # DVC pushes nothing then, and exits 0 (tests/test_team.py pins it)
+    if "diverged" in pushed:  # DVC pushes nothing then, and exits 0 (tests/project/test_team.py pins it)
         raise TaskFailed(f"the git remote holds another experiment named {name}: {pushed.strip()}")
     return {"name": name, "state": "done", "result": git(clone, "rev-parse", ref).strip()}
 
