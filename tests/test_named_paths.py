@@ -29,9 +29,8 @@ NOT_CODE = {
 }
 PATH = re.compile(r"\bsrc/lehr/[A-Za-z0-9_/]+(?:\.py)?")
 # A file named from inside the package, as comments do: ``engine/run/loop.py``.
-PACKAGE_PATH = re.compile(
-    r"(?<![\w/.])(?:engine|dataprep|catalog|stages|reports|project|files|pipelines|tracking)/[A-Za-z0-9_/]+\.py\b"
-)
+ROOMS = "engine|dataprep|catalog|params|jobs|hooks|commands|errors|reports|project|files|pipelines|tracking"
+PACKAGE_PATH = re.compile(rf"(?<![\w/.])(?:{ROOMS})/[A-Za-z0-9_/]+\.py\b")
 FILES = [
     *sorted((ROOT / "src").rglob("*.py")),
     *sorted((ROOT / "tests").rglob("*.py")),
