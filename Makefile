@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export KEDRO_DISABLE_TELEMETRY := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock corpus run ladder smoke test integration slurm-up slurm-down bench bench-check mlflow-ui mlflow-server viz check-params
+.PHONY: setup lock corpus run ladder smoke test typecheck integration slurm-up slurm-down bench bench-check mlflow-ui mlflow-server viz check-params
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,11 @@ test: setup
 	# gives (the longest first), not xdist's (most tests first). The benchmarks' own checks are
 	# bench-check's.
 	$(BIN)/python -m pytest -n $$(( $$(nproc) + 3 )) --dist loadfile --no-loadscope-reorder -m "not bench and not integration"
+
+# The type checker (pyproject.toml's [tool.mypy]): strict on src/lehr/engine, mypy's defaults on
+# the rest. About a minute from a cold cache, so CI runs it beside make test rather than in it.
+typecheck: setup
+	$(BIN)/mypy
 
 # Several experiments at once through real DVC queues (docs/parallel.md), two clones of a team and
 # a sweep through a real one-node SLURM (docs/team.md): minutes of smoke runs, kept out of make

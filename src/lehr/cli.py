@@ -31,7 +31,9 @@ def _run(**options) -> None:
     held: list = []
     try:
         with stop_on_signals(), quiet_errors(VALIDATOR), held_back(NODE_FAILURE) as held:
-            kedro_run.callback(**options)
+            run = kedro_run.callback
+            assert run is not None  # Kedro's `run` command is its function's
+            run(**options)
     except Exception as e:
         message = explained(e) or _missing_profile(e, options.get("env"))
         if message is None:

@@ -95,7 +95,7 @@ def type_ok(value: Any, hint: Any) -> bool:
         return isinstance(value, dict)
     if origin is Literal:
         return value in typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return isinstance(value, (hint, dict))
     return isinstance(value, hint)
 
@@ -220,7 +220,7 @@ class Part:
         for f in dataclasses.fields(self):
             value, hint = getattr(self, f.name), hints[f.name]
             require(type_ok(value, hint), f.name, value, _expected(hint))
-            if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
                 try:
                     object.__setattr__(self, f.name, build(hint, value))
                 except ConfigError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from lehr.files.atomic import fsync_dir, sibling
 from lehr.paths import run_by_dvc
@@ -24,7 +25,13 @@ log = logging.getLogger(__name__)
 _told: set[Path] = set()  # the by-hand folders this process has named once
 
 
-class AtomicSave:
+if TYPE_CHECKING:  # the datasets it is mixed into: what its super() calls reach
+    from kedro.io.core import AbstractVersionedDataset as _FileDataset
+else:
+    _FileDataset = object
+
+
+class AtomicSave(_FileDataset):
     """Mixed into a Kedro file dataset (unversioned, local) in front of it."""
 
     def __init__(self, *args, owner: str | None = None, **kwargs):

@@ -4,22 +4,32 @@ a SLURM ``cluster``, and a node that ``join``s a run across machines."""
 from __future__ import annotations
 
 import argparse
-import functools
 from pathlib import Path
+from typing import Any
 
 from lehr.commands.arguments import env_argument
 
 
-def _actions(p: argparse.ArgumentParser) -> argparse._SubParsersAction:
-    """A command's actions (``lehr queue start``), each formatted as the command is: argparse does
-    not pass a parser's formatter on to its subparsers."""
-    parser = functools.partial(argparse.ArgumentParser, formatter_class=p.formatter_class)
-    return p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=parser)
+def _actions(p: argparse.ArgumentParser) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """A command's actions (``lehr queue start``), each added with ``_action`` so that it is
+    formatted as the command is: argparse does not pass a parser's formatter on to its subparsers."""
+    return p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+
+def _action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    p: argparse.ArgumentParser,
+    name: str,
+    **kw: Any,
+) -> argparse.ArgumentParser:
+    return actions.add_parser(name, formatter_class=p.formatter_class, **kw)
 
 
 def queue_arguments(p: argparse.ArgumentParser) -> None:
     actions = _actions(p)
-    start = actions.add_parser(
+    start = _action(
+        actions,
+        p,
         "start",
         help="run the queued experiments (lehr exp --queue ...) until none is left",
         description="Run the experiments queued with `python -m lehr exp --queue` (or `dvc exp run "
@@ -34,7 +44,9 @@ def queue_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="experiments at once, each on 1/N of the cores or its own GPUs",
     )
-    actions.add_parser(
+    _action(
+        actions,
+        p,
         "stop",
         help="stop the queue from another terminal, as Ctrl-C of `lehr queue start` does",
         description="The same stop as Ctrl-C of `lehr queue start`: no queued experiment starts, and "
@@ -60,7 +72,9 @@ QUEUE = (
 
 def cluster_arguments(p: argparse.ArgumentParser) -> None:
     actions = _actions(p)
-    submit = actions.add_parser(
+    submit = _action(
+        actions,
+        p,
         "submit",
         help="a sweep of experiments as a SLURM job array; waits and gathers them (docs/team.md)",
         description="Every combination of the -S values (DVC's sweeps: -S F:K=1,2) as one experiment, "
@@ -71,7 +85,9 @@ def cluster_arguments(p: argparse.ArgumentParser) -> None:
         "must be clean and its commit pushed.",
     )
     _submit_arguments(submit)
-    gather = actions.add_parser(
+    gather = _action(
+        actions,
+        p,
         "gather",
         help="wait for a sweep's tasks, then pull their experiments here",
         description="Wait for every task of a sweep submitted with --no-wait, then `dvc exp pull` "

@@ -23,11 +23,12 @@ def branches(args: argparse.Namespace) -> int:
     from lehr.paths import branch_homes
     from lehr.reports.checkpoint_info import last_eval
 
+    homes: tuple[Path, ...]
     if args.root:
         homes, (found, left_out) = (Path(args.root),), scan(Path(args.root))
     else:
         homes = branch_homes(Path.cwd(), args.env)
-        found, left_out = scan_homes(*homes)  # the listing evaluate and soup read
+        found, left_out = scan_homes(homes[0], homes[1])  # the listing evaluate and soup read
     for line in left_out:
         print(f"left out: {line}", file=sys.stderr)
     if not found:

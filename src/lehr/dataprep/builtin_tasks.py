@@ -34,7 +34,7 @@ def documents(chunks: Iterator[np.ndarray], eot_id: int, decode) -> Iterator[tup
         for end in ends:
             pending.append(chunk[start:end])
             yield index, decode(np.concatenate(pending).tolist())
-            index, pending, start = index + 1, [], end + 1
+            index, pending, start = index + 1, [], int(end) + 1
         pending.append(chunk[start:])
     if sum(len(p) for p in pending):
         yield index, decode(np.concatenate(pending).tolist())

@@ -79,7 +79,7 @@ def _lay_out(staging: Path, speeches: list[Path], wiki_json: Path) -> dict[str, 
         counts[f"{HELDOUT}/sotu" if heldout else "train/silver"] += 1
 
     articles = json.loads(wiki_json.read_text(encoding="utf-8"))
-    lines = {"gold": [], HELDOUT: []}
+    lines: dict[str, list[str]] = {"gold": [], HELDOUT: []}
     for title in sorted(articles):
         text = (articles[title].get("extract") or "").strip()
         if not text:

@@ -72,7 +72,8 @@ def stream_of(root: Path, path: Path) -> str:
         )
     if parts[0] == HELDOUT:
         name = parts[1]
-        return f"{HELDOUT}/{name[: -len(suffix_of(Path(name)))] if suffix_of(Path(name)) else name}"
+        suffix = suffix_of(Path(name))
+        return f"{HELDOUT}/{name[: -len(suffix)] if suffix else name}"
     return f"train/{parts[0]}"
 
 
@@ -186,7 +187,8 @@ def _read_txt(path: Path, errors: str) -> Iterator[tuple[str, bool]]:
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, line) of a possibly compressed file; truncation named."""
-    lineno, offset, held = 0, 0, []  # held: the start of a line that spans chunks
+    lineno, offset = 0, 0
+    held: list[bytes] = []  # the start of a line that spans chunks
     chunks = _decompressed(path)
     while True:
         try:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -39,9 +40,11 @@ def _write_stream(folder: Path, name: str, chunks: Chunks, shard_tokens: int, ba
     """The stream's shards under ``folder/name``; returns their manifest entries."""
     entries: list[dict] = []
     (folder / name).mkdir(parents=True, exist_ok=True)
-    f, h, n = None, None, 0
+    f: BinaryIO | None = None
+    h, n = hashlib.sha256(), 0
 
     def close() -> None:
+        assert f is not None  # called with a shard open
         f.flush()
         os.fsync(f.fileno())
         f.close()

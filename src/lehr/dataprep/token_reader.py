@@ -61,7 +61,8 @@ def _check_one_plan(root: Path, indexes: list[dict]) -> None:
                 "tokens. Re-run the slices under one environment (make setup installs requirements.lock)."
             )
     plans = [ix.get("plan") for ix in indexes]
-    if len(indexes) == 1 or all(p and p["sha256"] == plans[0]["sha256"] for p in plans):
+    first_plan = plans[0]
+    if len(indexes) == 1 or (first_plan and all(p and p["sha256"] == first_plan["sha256"] for p in plans)):
         return
     first, n = indexes[0], indexes[0]["slice"][1]
     for ix, plan in zip(indexes[1:], plans[1:], strict=True):
@@ -101,9 +102,10 @@ def load(root: Path) -> TokenStreams:
     if whole.is_file():
         indexes = [json.loads(whole.read_text())]
     else:
-        found = {}
+        found: dict[int, dict[int, dict]] = {}
         for p in root.glob("streams-*-of-*.json"):
-            m = _SLICE_INDEX.match(p.name)
+            if not (m := _SLICE_INDEX.match(p.name)):
+                continue  # the glob's names all match
             found.setdefault(int(m[2]), {})[int(m[1])] = json.loads(p.read_text())
         if not found:
             raise TokenStoreError(

@@ -200,7 +200,7 @@ def encode_task(
     return {**record, "reused": False}
 
 
-def _finished(record_path: Path, contents: str, reuse_under_new_versions: bool) -> dict | None:
+def _finished(record_path: Path, contents: list, reuse_under_new_versions: bool) -> dict | None:
     """The record of a part a run finished, if its file is whole and of these contents."""
     record = json.loads(record_path.read_text())
     done = record_path.parent / record["file"]

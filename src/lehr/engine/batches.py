@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -29,7 +32,8 @@ import torch
 from lehr import fixes
 from lehr.files.atomic import sha256_file
 
-PACKINGS = ("windows", "bos_best_fit")
+Packing = Literal["windows", "bos_best_fit"]
+PACKINGS: tuple[Packing, ...] = typing.get_args(Packing)
 POOL_PER_ROW = 8  # documents drawn per packed row to choose among (nanochat keeps a buffer of them)
 
 
@@ -49,12 +53,13 @@ class Source:
         return self.n_bytes / max(self.n_tokens, 1)
 
 
-def load_manifest(shard_dir: str | Path) -> dict:
+def load_manifest(shard_dir: str | Path) -> dict[str, Any]:
     path = Path(shard_dir) / "manifest.json"
     if not path.is_file():
         raise DataError(f"{path} is missing: run the shard stage first (`{fixes.rebuild('shard')}`)")
     try:
-        return json.loads(path.read_text())
+        manifest: dict[str, Any] = json.loads(path.read_text())
+        return manifest
     except json.JSONDecodeError as e:
         raise DataError(
             f"{path} is corrupt ({e}): rebuild it with `{fixes.force_rebuild('shard')}`"
@@ -87,7 +92,7 @@ class ShardSet:
         dtype = np.dtype(self.manifest["dtype"])
         self.sources: dict[str, Source] = {}
         for name, entry in self.manifest["streams"].items():
-            maps = []
+            maps: list[np.ndarray] = []
             for shard in entry["shards"]:
                 path = self.root / shard["file"]
                 if not path.is_file():
@@ -152,7 +157,8 @@ class Documents:
             shard.append(np.full(pieces.sum(), i))
             start.append(np.repeat(at, pieces) + offset)
             length.append(np.minimum(np.repeat(whole, pieces) - offset, row_len))
-        docs = cls(*(np.concatenate(a).astype(np.int64) for a in (shard, start, length)), row_len)
+        shard_of, start_of, length_of = (np.concatenate(a).astype(np.int64) for a in (shard, start, length))
+        docs = cls(shard_of, start_of, length_of, row_len)
         if not found:
             raise DataError(
                 f"{source.name} holds no end-of-text token, so no document starts in its shards: "
@@ -199,10 +205,10 @@ class TrainStream:
             self._documents[tier] = self.shards.documents(tier, self.seq_len + 1)
         return self._documents[tier]
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, int]:
         return {"data_seed": self.data_seed, "step": self.step}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, int]) -> None:
         self.data_seed, self.step = int(state["data_seed"]), int(state["step"])
 
     def _picks(
@@ -217,7 +223,9 @@ class TrainStream:
         rng = np.random.default_rng([self.data_seed, step])
         return tiers, rng.choice(len(tiers), size=batch_size, p=weights / weights.sum()), rng
 
-    def tokens_per_tier(self, steps: range, rows_at, mix_at) -> dict[str, dict]:
+    def tokens_per_tier(
+        self, steps: range, rows_at: Callable[[int], int], mix_at: Callable[[int], dict[str, float]]
+    ) -> dict[str, dict[str, float]]:
         """Tokens the steps in ``steps`` draw from each tier (``rows_at(step)`` and ``mix_at(step)``
         are that step's sequences and mix), and the tier's size in epochs. Replays the tier draws
         only, so it costs microseconds a step."""

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lehr.config_parts import (
     Part,
@@ -31,13 +31,22 @@ from lehr.config_parts import (
     resumable,
     setting,
 )
-from lehr.engine.batches import PACKINGS
-from lehr.engine.hardware import ATTENTION
+from lehr.engine.batches import Packing
+from lehr.engine.hardware import Attention
 from lehr.engine.model import ModelConfig
-from lehr.engine.optim import OPTIMIZERS
-from lehr.engine.optim.muon_work import MUON_WORK
-from lehr.engine.optim.newton_schulz import ORTHOGONALISERS
-from lehr.engine.schedule import SHAPES, BatchRamp, cooldown_steps
+from lehr.engine.optim import Optimizer
+from lehr.engine.optim.muon_work import MuonWork
+from lehr.engine.optim.newton_schulz import OrthogonaliserName
+from lehr.engine.schedule import BatchRamp, DecayShape, cooldown_steps
+
+# Part checks each field's value against its annotation at run time: a bare ``list`` admits a list
+# only (``list[...]`` lets a tuple through), and a refusal names a bare ``dict`` as "dict". These
+# fields keep the bare types there; the type checker reads the parametrised ones.
+if TYPE_CHECKING:
+    AnnealMix = list[Any]
+    Record = dict[str, Any]
+else:
+    AnnealMix, Record = list, dict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +84,7 @@ class OptimizerConfig(Part):
     """The objective and the update: AdamW, or Muon on the hidden matrices with AdamW on the rest
     (``optim``); global-norm clipping; an optional z-loss on the logits."""
 
-    optimizer: Literal[OPTIMIZERS] = setting("muon", off="adamw")  # adamw came first
+    optimizer: Optimizer = setting("muon", off="adamw")  # adamw came first
     weight_decay: float = 0.1  # AdamW's matrices only (with muon: embeddings and head)
     beta1: float = 0.9
     beta2: float = 0.95
@@ -88,7 +97,7 @@ class OptimizerConfig(Part):
     # Muon's ingredients (their sources in ``optim``): the orthogonalisation's coefficients; decay
     # only where the update also shrinks the weight; NorMuon's running mean of each neuron's squared
     # update, which evens the neurons' steps out (its beta2, 0.95 in the paper; 0 = off).
-    muon_orthogonaliser: Literal[tuple(ORTHOGONALISERS)] = setting("newton_schulz", off="newton_schulz")
+    muon_orthogonaliser: OrthogonaliserName = setting("newton_schulz", off="newton_schulz")
     muon_cautious_decay: bool = setting(False, off=False)
     muon_normuon_beta2: float = setting(0.0, off=0.0)
     z_loss: float = setting(
@@ -96,7 +105,7 @@ class OptimizerConfig(Part):
     )  # weight of mean(logsumexp(logits)^2) added to the loss (PaLM: 1e-4); 0 = off
     # Under DDP or FSDP: shared = each process orthogonalises its share of Muon's matrices
     # (balanced by cost) and they swap results; redundant = each does all of them. The same update.
-    muon_work: Literal[MUON_WORK] = setting("shared", resumable=True)
+    muon_work: MuonWork = setting("shared", resumable=True)
 
     def check(self) -> None:
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "must be >= 0")
@@ -135,7 +144,7 @@ class DataConfig(Part):
     data_seed: int = 1  # training windows; an anneal branch takes a fresh one
     # What a row holds (lehr.engine.batches): a window at a random position, or whole documents
     # from its start, best fit (nanochat's BOS-aligned packing; docs/recipe.md).
-    packing: Literal[PACKINGS] = setting("windows", off="windows")
+    packing: Packing = setting("windows", off="windows")
     batch_size: int = 16  # sequences per optimizer step, all processes and micro-batches together
     micro_batch: int = setting(
         8, resumable=True
@@ -206,7 +215,7 @@ class HardwareConfig(Part):
     precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = "auto"
     compile: bool = setting(True, resumable=True)  # torch.compile the training step (docs/benchmarks.md)
     # SDPA kernel; auto = PyTorch picks (same math)
-    attention: Literal[("auto", *ATTENTION)] = setting("auto", resumable=True)
+    attention: Attention = setting("auto", resumable=True)
     device: Literal["auto", "cpu", "cuda"] = setting("auto", resumable=True)
     peak_tflops: float | None = setting(
         None, resumable=True
@@ -360,7 +369,7 @@ class StopRule:
         return f"tokens-{tokens}"
 
 
-def check_phases(mix: list, key: str) -> None:
+def check_phases(mix: list[Any], key: str) -> None:
     """An anneal mix: [[end_fraction, {tier: weight}], ...], phases whose ends rise within (0, 1]."""
     require(
         bool(mix)
@@ -389,8 +398,9 @@ class DecayConfig(Part):
 
     anneal_start: int | None = None  # first decay step (WSD) / first anneal-mix step; None = open-ended
     anneal_steps: int = 0  # decay length in steps
-    decay_shape: Literal[SHAPES] = "1-sqrt"
-    anneal_mix: list = field(default_factory=list)  # [[end_fraction, {tier: weight}], ...] over the decay
+    decay_shape: DecayShape = "1-sqrt"
+    # [[end_fraction, {tier: weight}], ...] over the decay
+    anneal_mix: AnnealMix = field(default_factory=list)
     # The run's last steps whose weights are averaged into its final model (``run.tail``); 0 = off.
     tail_steps: int = setting(0, off=0)
 
@@ -411,9 +421,10 @@ class BranchConfig(Part):
     # decay that scales with the branch point; 0 = off.
     decay_ratio: float = setting(0.0, off=0.0)  # came after branches had names
     decay_fraction: float = 0.4  # of planned_steps, when decay_steps and decay_ratio are 0
-    shape: Literal[SHAPES] = "1-sqrt"
+    shape: DecayShape = "1-sqrt"
     min_lr: float = 0.0  # learning rate at the end of the decay
-    mix: list = field(default_factory=lambda: [[1.0, {"gold": 1.0, "silver": 1.0}]])  # phases over the decay
+    # phases over the decay
+    mix: AnnealMix = field(default_factory=lambda: [[1.0, {"gold": 1.0, "silver": 1.0}]])
     data_seed: int = 2  # a fresh seed, so the branch does not replay the stable windows
     # Carry the optimizer's state over from the checkpoint: AdamW's moments and, under Muon, its momentum.
     init_optimizer: bool = True
@@ -476,7 +487,18 @@ class StopConfig(Part):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
+class TrainConfig(
+    StopConfig,
+    DecayConfig,
+    # SHARED_PARTS reversed, written out for the type checker (the assert below holds them together)
+    GuardConfig,
+    CheckpointConfig,
+    EvalConfig,
+    HardwareConfig,
+    DataConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+):
     """One training run: every part, plus the model, the data and where it writes."""
 
     model: ModelConfig
@@ -485,7 +507,7 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
     init_from: str | None = setting(None, resumable=True)  # checkpoint to branch from when out_dir holds none
     init_optimizer: bool = setting(True, resumable=True)  # branch with the optimizer state too
     # data hashes, profile, stage (lehr.tracking.provenance), stored in checkpoints; no commit
-    provenance: dict = setting(factory=dict, resumable=True)
+    provenance: Record = setting(factory=dict, resumable=True)
     task_files: dict[str, str] = setting(
         factory=dict, resumable=True
     )  # task name -> JSONL file, scored at evals
@@ -558,11 +580,11 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
                 "batch_warmup_steps: 0"
             )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """For files (checkpoint state, a torchrun job); in-process, the object itself travels."""
         return {**dataclasses.asdict(self), "model": self.model.math_dict()}
 
-    def math_fields(self) -> dict:
+    def math_fields(self) -> dict[str, Any]:
         skip = resumable(type(self)) | not_in_use(self)
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
@@ -570,7 +592,10 @@ class TrainConfig(StopConfig, DecayConfig, *reversed(SHARED_PARTS)):
         return hashlib.sha256(json.dumps(self.math_fields(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def math_diff(old: dict, new: dict) -> list[str]:
+assert TrainConfig.__bases__[2:] == SHARED_PARTS[::-1], "TrainConfig's bases are the shared parts"
+
+
+def math_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Keys (dotted) whose values differ between two ``math_fields`` dicts."""
     out = []
     for key in sorted(set(old) | set(new)):

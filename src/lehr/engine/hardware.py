@@ -13,6 +13,7 @@ import sysconfig
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,9 @@ PEAK_TFLOPS_FP8 = {"H200": 1979.0, "H100": 1979.0, "L40S": 733.0}
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 HEAP_SETTINGS = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 64 << 20}
 # SDPA kernels by name; "auto" leaves the choice to PyTorch (flash where it can, else the next best).
-ATTENTION = {
+AttentionKernel = Literal["flash", "efficient", "cudnn", "math"]
+Attention = Literal["auto", AttentionKernel]
+ATTENTION: dict[AttentionKernel, SDPBackend] = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -48,7 +51,7 @@ class Hardware:
     precision: str  # bf16 | fp16 | fp32 | fp8 (bf16 autocast, FP8 block matmuls), resolved
     peak_tflops: float | None  # None where no honest figure is known (CPUs): MFU is not reported
     name: str
-    attention: str = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math
+    attention: Attention = "auto"  # SDPA kernel: auto | flash | efficient | cudnn | math
 
     @property
     def dtype(self) -> torch.dtype:
@@ -82,7 +85,7 @@ def resolve(
     precision: str,
     peak_tflops: float | None,
     local_rank: int = 0,
-    attention: str = "auto",
+    attention: Attention = "auto",
     compile: bool = False,
 ) -> Hardware:
     if device == "auto":
@@ -146,6 +149,7 @@ def keep_heap_memory() -> bool:
 
 def _probe_attention(hw: Hardware) -> None:
     """Fail at start, naming the setting, rather than at the first step with "No available kernel"."""
+    assert hw.attention != "auto", "auto is PyTorch's choice: there is no one kernel to probe"
     q = torch.zeros(1, 2, 16, 64, device=hw.device, dtype=hw.dtype)
     try:
         with warnings.catch_warnings(), sdpa_kernel(ATTENTION[hw.attention]):

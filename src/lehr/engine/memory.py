@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from lehr.engine.model import VE_GATE_CHANNELS, ModelConfig
 
@@ -143,7 +144,7 @@ def check_fits(cfg: ModelConfig, setup: Setup, device_bytes: int | None) -> Esti
         return est
     smaller = max(1, setup.micro_batch // 4)
     fsdp = dict(parallel="fsdp")
-    changes = {
+    changes: dict[str, dict[str, Any]] = {
         "pretrain.parallel: fsdp": fsdp,
         "pretrain.activation_checkpointing: blocks": dict(activation_checkpointing="blocks"),
         "both": dict(fsdp, activation_checkpointing="blocks"),

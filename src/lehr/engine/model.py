@@ -23,8 +23,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +36,8 @@ from torch.utils.checkpoint import checkpoint
 
 from lehr.config_parts import not_in_use, setting
 
-MLPS = ("swiglu", "relu2")
+Mlp = Literal["swiglu", "relu2"]
+MLPS: tuple[Mlp, ...] = typing.get_args(Mlp)
 INGREDIENTS = ("mlp", "logit_softcap", "layer_scalars", "value_embeds")
 VE_GATE_CHANNELS = 12  # channels of a block's input the value embedding's gate reads (nanochat's)
 
@@ -56,7 +59,7 @@ class ModelConfig:
     # None = n_head, plain multi-head attention.
     n_kv_head: int | None = setting(None, off=None)
     # The ingredients (the module's docstring has each one's source).
-    mlp: Literal[MLPS] = setting("swiglu", off="swiglu")  # swiglu | relu2 (d_ff is its hidden width)
+    mlp: Mlp = setting("swiglu", off="swiglu")  # swiglu | relu2 (d_ff is its hidden width)
     logit_softcap: float | None = setting(None, off=None)  # e.g. 15; None = logits as they are
     layer_scalars: bool = setting(False, off=False)  # learned residual and x0 scales before each block
     value_embeds: bool = setting(False, off=False)  # gated value embeddings on alternate blocks
@@ -106,29 +109,40 @@ class ModelConfig:
         """Every other block has one, counted back from the last (which always has it): nanochat's rule."""
         return self.value_embeds and layer % 2 == (self.n_layer - 1) % 2
 
-    def math_dict(self) -> dict:
+    def math_dict(self) -> dict[str, Any]:
         """The fields that shape the model's math, as checkpoints record them. A field added after
         checkpoints existed is left out at its "not in use" value, so those checkpoints still resume."""
         absent = not_in_use(self)
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in absent}
 
 
-def _drawn_later(cls: type[nn.Module], *args, **kwargs) -> nn.Module:
+_M = TypeVar("_M", bound=nn.Module)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _drawn_later(cls: type[_M], *args: Any, **kwargs: Any) -> _M:
     """An ingredient's module, built without drawing a number (``_init_weights`` draws them), on
     the device modules are built on (the meta device, for a size count)."""
-    return skip_init(cls, *args, device=torch.get_default_device(), **kwargs)
+    module: _M = skip_init(cls, *args, device=torch.get_default_device(), **kwargs)
+    return module
+
+
+def _eager(fn: _F) -> _F:
+    """``torch.compiler.disable`` (untyped) with ``fn``'s type: ``fn`` runs eagerly, outside the graph."""
+    disabled: _F = torch.compiler.disable(fn)
+    return disabled
 
 
 def _of_an_ingredient(module_name: str) -> bool:
     return module_name.startswith("value_embeds.") or module_name.endswith("ve_gate")
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # vocab_size and seq_len of a preset are defaults; the run sets vocab_size from the tokenizer.
-PRESETS: dict[str, dict] = {
+PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(seq_len=64, n_layer=2, n_head=2, d_model=64, d_ff=176),
     # The CPU recipe (docs/recipe.md): three wide blocks rather than four of 192 (as good, faster
     # on a CPU), a 256-token context, QK-norm (exports as transformers' Qwen3).
@@ -140,7 +154,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def preset(name: str, vocab_size: int, **overrides) -> ModelConfig:
+def preset(name: str, vocab_size: int, **overrides: Any) -> ModelConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
     fields = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "vocab_size"]
@@ -204,16 +218,18 @@ class Attention(nn.Module):
             p(x).view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2) for p in (self.k_proj, self.v_proj)
         )
         if ve is not None:  # per key/value head, a gate in (0, 3) on the token's value embedding
+            assert self.ve_gate is not None  # a block is handed value embeddings only if it has the gate
             gate = 3 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
             v = v + (gate.unsqueeze(-1) * ve.view(b, t, self.n_kv_head, self.head_dim)).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # SDPA picks flash / memory-efficient kernels on GPU and a fused CPU kernel otherwise.
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.n_kv_head != self.n_head
         )
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
+        out: Tensor = self.o_proj(y.transpose(1, 2).reshape(b, t, d))
+        return out
 
 
 class SwiGLU(nn.Module):
@@ -224,7 +240,8 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class ReLU2(nn.Module):
@@ -234,7 +251,8 @@ class ReLU2(nn.Module):
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.relu(self.up_proj(x)).square())
+        out: Tensor = self.down_proj(F.relu(self.up_proj(x)).square())
+        return out
 
 
 class Block(nn.Module):
@@ -249,10 +267,14 @@ class Block(nn.Module):
         self, x: Tensor, cos: Tensor, sin: Tensor, ve: Tensor | None = None, mask: Tensor | None = None
     ) -> Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin, ve, mask)
-        return x + self.mlp(self.mlp_norm(x))
+        out: Tensor = x + self.mlp(self.mlp_norm(x))
+        return out
 
 
 class Transformer(nn.Module):
+    rope_cos: Tensor  # buffers (register_buffer), not saved: rebuilt from the config
+    rope_sin: Tensor
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -319,16 +341,17 @@ class Transformer(nn.Module):
         x0, value_embeds = self._lookups(idx)
         x = x0
         for i, block in enumerate(self.blocks):
-            if self.resid_scales is not None:
+            if self.resid_scales is not None and self.x0_scales is not None:  # both or neither
                 x = self.resid_scales[i] * x + self.x0_scales[i] * x0
             ve = value_embeds.get(i)
             if self.checkpoint_blocks and torch.is_grad_enabled():  # keep only the block's input
                 x = checkpoint(block, x, cos, sin, ve, mask, use_reentrant=False)
             else:
                 x = block(x, cos, sin, ve, mask)
-        return self.norm(x)
+        out: Tensor = self.norm(x)
+        return out
 
-    @torch.compiler.disable
+    @_eager
     def _lookups(self, idx: Tensor) -> tuple[Tensor, dict[int, Tensor]]:
         """The token embeddings and each layer's value embeddings, always run eagerly: inductor's CPU
         code for a lookup's backward adds each token's gradient into its row with atomics from every
@@ -338,7 +361,7 @@ class Transformer(nn.Module):
         return self.embed(idx), {int(layer): table(idx) for layer, table in self.value_embeds.items()}
 
     def logits(self, hidden: Tensor) -> Tensor:
-        logits = self.lm_head(hidden)
+        logits: Tensor = self.lm_head(hidden)
         if self.cfg.logit_softcap is not None:  # in fp32: tanh saturates early in bf16
             cap = self.cfg.logit_softcap
             logits = cap * torch.tanh(logits.float() / cap)
@@ -365,7 +388,7 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self,
+        self: LanguageModel,  # an ``ExportedHF`` borrows it
         idx: Tensor,
         max_new_tokens: int,
         temperature: float,
@@ -381,3 +404,33 @@ class Transformer(nn.Module):
             nxt = torch.multinomial(probs, 1, generator=generator)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
+
+
+class LanguageModel(Protocol):
+    """What the evals score and sample: a checkpoint's ``Transformer``, or a transformers model
+    behind the same interface (``artifacts.export.ExportedHF``, an ``--hf`` export)."""
+
+    @property
+    def cfg(self) -> Any: ...  # its seq_len and vocab_size
+
+    @property
+    def training(self) -> bool: ...
+
+    def __call__(self, idx: Tensor) -> tuple[Tensor, Tensor | None]: ...
+
+    def hidden(self, idx: Tensor, positions: Tensor | None = None, mask: Tensor | None = None) -> Tensor: ...
+
+    def logits(self, hidden: Tensor) -> Tensor: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+        generator: torch.Generator | None = None,
+    ) -> Tensor: ...

@@ -9,9 +9,15 @@
 from __future__ import annotations
 
 import math
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-SHAPES = ("linear", "cosine", "1-sqrt")
+DecayShape = Literal["linear", "cosine", "1-sqrt"]
+SHAPES: tuple[DecayShape, ...] = typing.get_args(DecayShape)
+# One phase of an anneal mix, (end_fraction, {tier: weight}); from YAML a two-item list, read alike.
+Phase = tuple[float, dict[str, float]]
 
 
 def decay_factor(progress: float, shape: str) -> float:
@@ -90,7 +96,11 @@ class BatchRamp:
 
 
 def mix_at(
-    step: int, anneal_start: int | None, anneal_steps: int, stable_mix: dict[str, float], anneal_mix: list
+    step: int,
+    anneal_start: int | None,
+    anneal_steps: int,
+    stable_mix: dict[str, float],
+    anneal_mix: Sequence[Phase],
 ) -> dict[str, float]:
     """The data mix of a step: ``stable_mix`` until the anneal starts, then the phase of
     ``anneal_mix`` (``[[end_fraction, {tier: weight}], ...]``) the step's place in the decay falls in."""

@@ -25,15 +25,16 @@ def explained(error: BaseException) -> str | None:
     if full:
         return full
     seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if type(error).__name__ == "ParameterValidationError" and type(error).__module__.startswith("kedro"):
-            return "\n".join(parameter_problems(str(error))) or str(error).strip()
-        if isinstance(error, (ValueError, FileNotFoundError, FileExistsError, Explained)) or (
-            type(error).__name__ in _KEDRO and type(error).__module__.startswith("kedro")
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if type(link).__name__ == "ParameterValidationError" and type(link).__module__.startswith("kedro"):
+            return "\n".join(parameter_problems(str(link))) or str(link).strip()
+        if isinstance(link, (ValueError, FileNotFoundError, FileExistsError, Explained)) or (
+            type(link).__name__ in _KEDRO and type(link).__module__.startswith("kedro")
         ):
-            return str(error).strip()
-        error = error.__cause__ or error.__context__
+            return str(link).strip()
+        link = link.__cause__ or link.__context__
     return None
 
 

@@ -8,7 +8,6 @@ MLflow only when a pipeline starts, so other `kedro` commands stay fast.
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import hashlib
 import logging
@@ -21,6 +20,7 @@ from kedro.config import MissingConfigException
 from kedro.framework.hooks import hook_impl
 
 from lehr.engine.run.metrics import flatten
+from lehr.params.mix_checks import section
 from lehr.paths import dataset_path, profile_in_force
 from lehr.tracking import step_forwarder
 from lehr.tracking.mlflow_store import first_use, project_store, unreachable, use_experiment
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def flat_params(params: dict) -> dict[str, str]:
     """``{"pretrain": PretrainParams(model=...)}`` -> ``{"pretrain.model.preset": "tiny", ...}``, as
     MLflow params (strings, within its length limit)."""
-    plain = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in params.items()}
+    plain = {k: section(params, k) for k in params}  # typed params as plain mappings
     return {k: str(v)[:6000] for k, v in flatten(plain).items()}
 
 

@@ -12,6 +12,7 @@ failure, and so would SLURM).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from omegaconf import OmegaConf
 
@@ -30,7 +31,8 @@ def runtime_params(dotlist: str) -> dict:
     for item in items:
         if "=" not in item or not item.partition("=")[0].strip():
             raise ValueError(f"--params item {item!r} must be key=value, e.g. pretrain.launch.node_rank=1")
-    return OmegaConf.to_container(OmegaConf.from_dotlist(items))
+    # A DictConfig's container is a dict (omegaconf types to_container for any config)
+    return cast(dict, OmegaConf.to_container(OmegaConf.from_dotlist(items)))
 
 
 def stage_config(
@@ -43,7 +45,10 @@ def stage_config(
     if stage not in STAGES:
         raise ValueError(f"a helper node joins a training stage: {' or '.join(STAGES)}, not {stage!r}")
     bootstrap_project(project)
-    with KedroSession.create(project_path=project, env=env, runtime_params=params or None) as session:
+    # Bound before the with: kedro's AbstractSession.__enter__ is typed to return an AbstractSession
+    # (it returns self), which has no load_context.
+    session = KedroSession.create(project_path=project, env=env, runtime_params=params or None)
+    with session:
         context = session.load_context()
         catalog, values = context.catalog, context.params
         pretrain = _typed(PretrainParams, values["pretrain"], "pretrain")

@@ -59,8 +59,9 @@ def stable_config(
     # checkpoint changes no step.
     run_dir = Path(portable(runs_root / stable_run_name(p, cfg, rule, provenance["manifest_sha256"])))
     steps = branch_point_steps(p, cfg.model.seq_len, rule)
-    kept = dict(keep=steps, keep_to=str(run_dir / "branch_points"))
-    rule = dataclasses.replace(rule, save_to=str(run_dir / "pre_anneal"), **kept)
+    rule = dataclasses.replace(
+        rule, save_to=str(run_dir / "pre_anneal"), keep=steps, keep_to=str(run_dir / "branch_points")
+    )
     return dataclasses.replace(cfg, out_dir=str(run_dir), stop_rule=rule)
 
 

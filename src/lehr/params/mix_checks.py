@@ -32,7 +32,8 @@ def section(parameters: dict, key: str) -> dict:
     """A section as a mapping, whether still YAML's or already its typed params (Kedro's context
     holds them so once a pipeline's nodes asked for them typed)."""
     value = parameters.get(key, {})
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    typed = dataclasses.is_dataclass(value) and not isinstance(value, type)
+    return dataclasses.asdict(value) if typed else value
 
 
 def mixes(parameters: dict) -> dict[str, dict]:

@@ -14,7 +14,18 @@ import typing
 
 from lehr.config_parts import Part, Section, require, require_positive, setting
 from lehr.dataprep.params import ShardParams, TokenizeParams
-from lehr.engine.config import SHARED_PARTS, BranchConfig, Launch
+from lehr.engine.config import (
+    SHARED_PARTS,
+    BranchConfig,
+    CheckpointConfig,
+    DataConfig,
+    EvalConfig,
+    GuardConfig,
+    HardwareConfig,
+    Launch,
+    OptimizerConfig,
+    ScheduleConfig,
+)
 from lehr.files.names import RULE, is_folder_name
 
 
@@ -54,7 +65,17 @@ class AutoAnnealParams(Part):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PretrainParams(Section, *reversed(SHARED_PARTS)):
+class PretrainParams(
+    Section,
+    # SHARED_PARTS reversed, written out for the type checker (the assert below holds them together)
+    GuardConfig,
+    CheckpointConfig,
+    EvalConfig,
+    HardwareConfig,
+    DataConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+):
     """The stable phase: the engine's shared parts (schedule, optimizer, data, hardware, eval,
     checkpointing, guard; see ``lehr.engine.config``) plus what only the stage decides."""
 
@@ -88,6 +109,9 @@ class PretrainParams(Section, *reversed(SHARED_PARTS)):
     @property
     def planned_anneal_step(self) -> int:
         return int(round(self.planned_steps * (1 - self.planned_decay_fraction)))
+
+
+assert PretrainParams.__bases__[1:] == SHARED_PARTS[::-1], "PretrainParams' bases are the shared parts"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

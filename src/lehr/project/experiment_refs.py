@@ -14,7 +14,7 @@ def experiment_branches(project: Path) -> dict[str, str]:
     """The branch each experiment of the baseline commit trained (its metrics.json says which), by name."""
     from lehr.paths import catalog_files
 
-    out = {}
+    out: dict[str, str] = {}
     metrics_file = catalog_files(project)["metrics"]
     try:
         exps = experiments_of(project, git(project, "rev-parse", "HEAD").strip())

@@ -169,7 +169,8 @@ def taken_elsewhere(project: Path, names: list[str]) -> list[str]:
 def dvc_outputs(project: Path) -> tuple[list[Path], list[Path]]:
     """The outputs of dvc.yaml's stages: those DVC caches (a checkout puts them back) and those it
     does not (git keeps them: metrics, plots, reports)."""
-    cached, uncached = [], []
+    cached: list[Path] = []
+    uncached: list[Path] = []
     for spec in yaml.safe_load((project / "dvc.yaml").read_text())["stages"].values():
         for key in ("outs", "metrics", "plots"):
             for entry in spec.get(key) or []:
@@ -334,6 +335,8 @@ def difference_line(base_items: dict | None, items: dict | None) -> tuple[str, s
 
 
 def bpb(metrics: dict | None, model: str) -> str:
+    if metrics is None:
+        return "n/a"
     try:
         return f"{metrics[model]['heldout']['bpb']:.4f}"
     except (TypeError, KeyError):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
+import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from lehr.engine.artifacts.checkpoint import verify
@@ -24,12 +24,13 @@ from lehr.engine.batches import ShardSet, manifest_sha256
 from lehr.engine.evals.evaluation import HeldOut, load_model, window_nats, windows_per_pass
 from lehr.engine.evals.tasks import Scorer, Task, read_task, task_outcomes
 from lehr.engine.hardware import Hardware, resolve
+from lehr.engine.model import LanguageModel
 
 RESAMPLES = 2000
 LN2 = math.log(2)
 
 
-def paired(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None, seed: int = 0) -> dict:
+def paired(a: npt.ArrayLike, b: npt.ArrayLike, weights: npt.ArrayLike | None = None, seed: int = 0) -> dict:
     """``b - a`` as a weighted mean over paired items (each item's weight: its bytes, or 1), with
     the 2.5% and 97.5% points of that statistic over resampled items. ``a`` and ``b`` may hold one
     row per seed (seeds x items, the same items in each): a resample then draws items, and each
@@ -88,7 +89,7 @@ def items_digest(held: HeldOut, tasks: list[Task]) -> str:
 
 
 def score(
-    model: torch.nn.Module, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware, micro_batch: int
+    model: LanguageModel, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware, micro_batch: int
 ) -> Scored:
     scorer = Scorer(model, tokenizer, hw.device, windows_per_pass(model.cfg.seq_len, micro_batch))
     return Scored(
@@ -154,7 +155,7 @@ def checkpoints_difference(a: str, b: str, task_files: list[Path], windows: int,
     items, and the shards are still the ones they trained on."""
     paths = (Path(a), Path(b))
     states = [verify(p) for p in paths]
-    check_comparable(*states, tuple(map(str, paths)))
+    check_comparable(states[0], states[1], (str(paths[0]), str(paths[1])))
     shards = Path(states[0]["config"]["shards"])
     if manifest_sha256(shards) != states[0]["manifest_sha256"]:
         raise ValueError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -50,7 +51,7 @@ class LehrLM(LM):
         )
         self.scorer = Scorer(self.model, self.tokenizer, self._device, int(batch_size))
         self.seq_len = self.model.cfg.seq_len
-        self.eot = self.tokenizer.token_to_id(ENDOFTEXT)
+        self.eot = cast(int, self.tokenizer.token_to_id(ENDOFTEXT))  # every lehr tokenizer carries it
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:
         scored = self.scorer.score([req.args for req in requests])

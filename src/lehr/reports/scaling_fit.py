@@ -234,7 +234,7 @@ def _curves(law: Law, points: list[dict], k: float) -> dict:
 
 def _optimal(law: Law, laws: list[Law], flops: float, k: float) -> dict:
     n_opt, d_opt = law.optimal(flops, k)
-    row = {"flops": flops, "n_params": n_opt, "tokens": d_opt, "tokens_per_param": d_opt / n_opt}
+    row: dict = {"flops": flops, "n_params": n_opt, "tokens": d_opt, "tokens_per_param": d_opt / n_opt}
     if len(laws) >= 10:
         opts = [w.optimal(flops, k) for w in laws]
         row["intervals"] = {
@@ -252,9 +252,10 @@ def _holdout(points: list[dict]) -> dict:
     train = [p for p in points if p["n_params"] != largest]
     test = [p for p in points if p["n_params"] == largest]
     try:
-        law = fit(
-            *(np.array([p[k] for p in train], dtype=np.float64) for k in ("n_params", "tokens", "loss"))
+        n, d, loss = (
+            np.array([p[k] for p in train], dtype=np.float64) for k in ("n_params", "tokens", "loss")
         )
+        law = fit(n, d, loss)
     except FitError as e:
         return {"status": f"not fitted: {e}"}
     rows = []
@@ -286,14 +287,14 @@ def _leave_one_out(points: list[dict], law: Law) -> dict:
     through it. Each refit starts from the full fit, and from the whole grid where that stalls."""
     rows = []
     for i, p in enumerate(points):
-        rest = [
+        n, d, loss = (
             np.array([q[k] for j, q in enumerate(points) if j != i]) for k in ("n_params", "tokens", "loss")
-        ]
+        )
         try:
             try:
-                refit = fit(*rest, _start_at(law))
+                refit = fit(n, d, loss, _start_at(law))
             except FitError:
-                refit = fit(*rest)
+                refit = fit(n, d, loss)
         except FitError as e:
             return {"status": f"not fitted: {e}"}
         predicted = float(refit.loss(p["n_params"], p["tokens"]))
@@ -324,7 +325,7 @@ def predict(fitted: dict, n_params: float, tokens: float) -> dict:
     loss = float(law.loss(n_params, tokens))
     # nats -> bits per byte: the ratio every endpoint shows (one set of held-out windows)
     per = float(np.median([p["bpb"] / p["loss"] for p in fitted["points"]]))
-    out = {"n_params": n_params, "tokens": tokens, "loss": loss, "bpb": loss * per}
+    out: dict = {"n_params": n_params, "tokens": tokens, "loss": loss, "bpb": loss * per}
     # Past the ladder's largest rung or budget the law extrapolates: the interval says how well
     # the rungs pin it, not whether the law still holds there.
     largest = {

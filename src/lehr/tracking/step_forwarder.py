@@ -145,7 +145,7 @@ def _mark(mlflow, run, run_dir: str, share: dict[str, str]) -> None:
         ),
         key=lambda r: r.info.start_time,
     )
-    earlier = []  # the attempts since the folder's run last finished: this run goes on from them
+    earlier: list = []  # the attempts since the folder's run last finished: this run goes on from them
     for r in same_folder:
         if r.info.status == "FINISHED":
             earlier = []

@@ -17,7 +17,9 @@ import logging
 import os
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,9 +61,10 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state() -> dict:
+def rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
-    state = {
+    assert isinstance(np_state, tuple)  # the legacy state of the global generator, MT19937's
+    state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
         "torch": torch.get_rng_state(),
@@ -71,7 +74,7 @@ def rng_state() -> dict:
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((state["python"][0], tuple(state["python"][1]), state["python"][2]))
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
@@ -81,7 +84,12 @@ def set_rng_state(state: dict) -> None:
 
 
 def write(
-    target: Path, *, model: torch.nn.Module, optimizer_state: dict, state: dict, rng_per_rank: list[dict]
+    target: Path,
+    *,
+    model: torch.nn.Module,
+    optimizer_state: dict[str, Any],
+    state: dict[str, Any],
+    rng_per_rank: list[dict[str, Any]],
 ) -> Path:
     """Write a complete checkpoint at ``target``, replacing any old one only once it is whole."""
     with written_or_nothing(target):
@@ -93,7 +101,7 @@ def write(
     return target
 
 
-def commit(tmp: Path, target: Path, state: dict, rng_per_rank: list[dict]) -> None:
+def commit(tmp: Path, target: Path, state: dict[str, Any], rng_per_rank: list[dict[str, Any]]) -> None:
     """The second half of a write into ``files.atomic.new_staging(target)``, apart so that an
     async save can write its shards in between: add the RNG states and ``state.json`` (with the
     sha256 of every file, sharded ones in subfolders included), fsync it all and swap it in whole."""
@@ -112,7 +120,7 @@ def commit(tmp: Path, target: Path, state: dict, rng_per_rank: list[dict]) -> No
 
 
 @contextlib.contextmanager
-def written_or_nothing(target: Path):
+def written_or_nothing(target: Path) -> Iterator[None]:
     """A checkpoint write that fails (a full disk…) leaves its staging folder removed, the previous
     checkpoint as it was, and a ``CheckpointError`` that says so."""
     try:
@@ -131,11 +139,11 @@ def written_or_nothing(target: Path):
         ) from e
 
 
-def verify(path: Path) -> dict:
+def verify(path: Path) -> dict[str, Any]:
     """The checkpoint's state if every file is present and matches its sha256, else raise."""
     try:
         raw = (path / STATE).read_bytes()
-        state = json.loads(raw)
+        state: dict[str, Any] = json.loads(raw)
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path / STATE} is unreadable ({e})") from None
     if (path / STATE_SHA).is_file():
@@ -171,13 +179,15 @@ def load_weights(path: Path, model: torch.nn.Module) -> None:
         )
 
 
-def load_optimizer(path: Path, device: torch.device) -> dict:
-    return torch.load(path / "optimizer.pt", map_location=device, weights_only=True)
+def load_optimizer(path: Path, device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = torch.load(path / "optimizer.pt", map_location=device, weights_only=True)
+    return state
 
 
-def load_rng(path: Path, rank: int) -> dict | None:
+def load_rng(path: Path, rank: int) -> dict[str, Any] | None:
     f = path / f"rng_rank{rank}.pt"
-    return torch.load(f, weights_only=True) if f.is_file() else None
+    state: dict[str, Any] | None = torch.load(f, weights_only=True) if f.is_file() else None
+    return state
 
 
 class Rolling:
@@ -202,7 +212,7 @@ class Rolling:
     def path(self, step: int) -> Path:
         return self.root / f"step_{step:08d}"
 
-    def save(self, step: int, **kwargs) -> Path:
+    def save(self, step: int, **kwargs: Any) -> Path:
         return self.publish(write(self.path(step), **kwargs))
 
     def publish(self, path: Path) -> Path:
@@ -212,7 +222,7 @@ class Rolling:
             shutil.rmtree(old, ignore_errors=True)
         return path
 
-    def latest_valid(self) -> tuple[Path, dict] | None:
+    def latest_valid(self) -> tuple[Path, dict[str, Any]] | None:
         """The newest checkpoint that verifies; warns about each broken one it skips."""
         found = self.candidates()
         for path in found:
@@ -228,7 +238,7 @@ class Rolling:
         return None
 
 
-def resolve_start(rolling: Rolling, init_from: str | None) -> tuple[str, Path | None, dict | None]:
+def resolve_start(rolling: Rolling, init_from: str | None) -> tuple[str, Path | None, dict[str, Any] | None]:
     """The one rule for where a run starts.
 
     Its own folder holds a checkpoint -> ``resume`` it; else a configured initial checkpoint

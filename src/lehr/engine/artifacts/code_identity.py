@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ENTRY = "lehr.engine.run.loop"  # ``train`` lives here: everything a step computes is reachable from it
 PACKAGE = "lehr"
@@ -29,7 +30,7 @@ class CodeIdentity:
     sha256: str  # of every module's hash, in module order
     modules: dict[str, str]  # module -> sha256 of its syntax tree
 
-    def as_record(self) -> dict:
+    def as_record(self) -> dict[str, Any]:
         return {"sha256": self.sha256, "modules": self.modules}
 
 

@@ -9,7 +9,9 @@ import dataclasses
 import json
 import shutil
 import types
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import save_file
@@ -18,9 +20,13 @@ from lehr.config_parts import not_in_use
 from lehr.engine.artifacts.checkpoint import load_weights, verify, written_or_nothing
 from lehr.engine.artifacts.state import STATE, State, is_checkpoint
 from lehr.engine.evals.evaluation import load_model
-from lehr.engine.model import INGREDIENTS, ModelConfig, Transformer
+from lehr.engine.model import INGREDIENTS, LanguageModel, ModelConfig, Transformer
 from lehr.files.atomic import as_umask_allows, sha256_file, staged_dir
 from lehr.tokens import ENDOFTEXT
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import LlamaConfig, PreTrainedModel, Qwen3Config
 
 
 class ExportError(ValueError):
@@ -69,7 +75,7 @@ def checked_tokenizer(checkpoint: Path, tokenizer: Path | None) -> Path:
     return path
 
 
-def _written_whole(out: Path, write) -> Path:
+def _written_whole(out: Path, write: Callable[[Path], None]) -> Path:
     """Run ``write(folder)`` into a staging folder and swap it in whole."""
     with written_or_nothing(out), staged_dir(out) as staging:  # a full disk: said, the earlier export kept
         write(staging)
@@ -81,7 +87,9 @@ def export_plain(checkpoint: Path, out: Path, tokenizer: Path | None = None) -> 
     return _export(checkpoint, out, tokenizer, _write_plain)
 
 
-def _export(checkpoint: Path, out: Path, tokenizer: Path | None, write) -> Path:
+def _export(
+    checkpoint: Path, out: Path, tokenizer: Path | None, write: Callable[[Path, Path, Path], None]
+) -> Path:
     """Every input verified before anything is written, then ``out`` written whole or not at all."""
     verify(checkpoint)
     check_target(checkpoint, out)
@@ -100,7 +108,7 @@ def _write_plain(checkpoint: Path, out: Path, tokenizer: Path) -> None:
     shutil.copy2(tokenizer, out / "tokenizer.json")
 
 
-def plain_config(cfg: ModelConfig) -> dict:
+def plain_config(cfg: ModelConfig) -> dict[str, Any]:
     """The config an export folder holds: every field, less the ingredients not in use (so that a
     plain model's export is the same file as before they existed)."""
     unused = set(INGREDIENTS) & not_in_use(cfg)
@@ -137,7 +145,7 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
-def hf_config(cfg: ModelConfig):
+def hf_config(cfg: ModelConfig) -> LlamaConfig | Qwen3Config:
     """The transformers config of the same architecture: Llama's, or Qwen3's when QK-norm is on."""
     if cfg.ingredients:
         raise ExportError(
@@ -147,7 +155,7 @@ def hf_config(cfg: ModelConfig):
         )
     from transformers import LlamaConfig, Qwen3Config
 
-    shape = dict(
+    shape: dict[str, Any] = dict(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         intermediate_size=cfg.d_ff,
@@ -195,14 +203,14 @@ class ExportedHF(torch.nn.Module):
 
     generate = Transformer.generate  # the same sampling, over this module's forward
 
-    def __init__(self, hf: torch.nn.Module):
+    def __init__(self, hf: PreTrainedModel) -> None:
         super().__init__()
         self.hf = hf
         self.cfg = types.SimpleNamespace(
             seq_len=hf.config.max_position_embeddings, vocab_size=hf.config.vocab_size
         )
 
-    def forward(self, ids: torch.Tensor):
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, None]:
         return self.hf(input_ids=ids).logits, None
 
     def hidden(
@@ -215,15 +223,17 @@ class ExportedHF(torch.nn.Module):
             mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
                 ~mask, torch.finfo(dtype).min
             )
-        return self.hf.get_decoder()(
+        last: torch.Tensor = self.hf.get_decoder()(
             input_ids=ids, position_ids=positions, attention_mask=mask
         ).last_hidden_state
+        return last
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.hf.get_output_embeddings()(hidden)
+        logits: torch.Tensor = self.hf.get_output_embeddings()(hidden)
+        return logits
 
 
-def load_export(folder: Path, device: torch.device) -> torch.nn.Module:
+def load_export(folder: Path, device: torch.device) -> LanguageModel:
     """The model of an export folder, plain (lehr's config.json) or ``--hf`` (a transformers one)."""
     config = json.loads((folder / "config.json").read_text())
     if "model_type" in config:
@@ -235,11 +245,14 @@ def load_export(folder: Path, device: torch.device) -> torch.nn.Module:
     return model.to(device).eval()
 
 
-def load_for_inference(folder: Path, tokenizer: Path | None, device: torch.device):
+def load_for_inference(
+    folder: Path, tokenizer: Path | None, device: torch.device
+) -> tuple[LanguageModel, Tokenizer]:
     """The model and tokenizer of a checkpoint or of an export folder (plain or ``--hf``); a
     checkpoint's tokenizer must be the one it recorded."""
     from tokenizers import Tokenizer
 
+    model: LanguageModel
     if is_checkpoint(folder):
         model, tokenizer = load_model(folder, device), checked_tokenizer(folder, tokenizer)
     elif (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the run's parts, as the loop hands them in
     from lehr.engine.run.stopping import Progress
 
 
-def code_record() -> dict:
+def code_record() -> dict[str, Any]:
     """The identity of the engine code that runs here, as a checkpoint records it."""
     return code_identity.of_training().as_record()
 
@@ -63,7 +63,7 @@ class RunSaves:
         model = self.whole_model(for_save=True)
         saved = None
         if dist.is_main:
-            kw = dict(
+            kw: dict[str, Any] = dict(
                 model=model,
                 state=state,
                 rng_per_rank=rngs,
@@ -77,7 +77,7 @@ class RunSaves:
         """An async save still in flight completes (before the run returns)."""
         self.sharded.wait()
 
-    def state(self, prog: Progress, guard: StepGuard) -> dict:
+    def state(self, prog: Progress, guard: StepGuard) -> dict[str, Any]:
         """Everything but tensors, as of now (an async save commits it later)."""
         cfg = self.cfg
         if cfg.spike_sigma:
@@ -100,7 +100,7 @@ class RunSaves:
             "code": code_record(),
         }
 
-    def whole_model(self, for_save: bool = False) -> torch.nn.Module | None:
+    def whole_model(self, for_save: bool = False) -> Transformer | None:
         """The model whole: the model itself under DDP; under FSDP every rank takes part in gathering
         the shards and rank 0 gets a plain copy (on the CPU for a save, on the device for evals)."""
         model = self.trainee.model

@@ -12,8 +12,10 @@ DCP loads reshard: a checkpoint written by N processes resumes on M, sharded or 
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -33,11 +35,11 @@ def is_sharded(path: Path) -> bool:
 
 @dataclass
 class _InFlight:
-    future: object
+    future: Future[Any]
     tmp: Path
     target: Path
-    state: dict | None
-    rngs: list | None
+    state: dict[str, Any] | None
+    rngs: list[dict[str, Any]] | None
 
 
 class ShardedSaves:
@@ -46,7 +48,14 @@ class ShardedSaves:
         self.in_flight: _InFlight | None = None
         self.group = None
 
-    def save(self, step: int, shards: dict, scaler: dict, state: dict | None, rngs: list | None) -> Path:
+    def save(
+        self,
+        step: int,
+        shards: dict[str, Any],
+        scaler: dict[str, Any],
+        state: dict[str, Any] | None,
+        rngs: list[dict[str, Any]] | None,
+    ) -> Path:
         """Every rank calls this; ``state`` and ``rngs`` matter on rank 0 only."""
         self.wait()
         if self.group is None and dist.is_initialized():
@@ -55,15 +64,16 @@ class ShardedSaves:
             # it here, at the same save).
             self.group = dist.new_group(backend="gloo")
         target = self.rolling.path(step)
-        tmp = None
+        staged = None  # rank 0's staging folder, which every rank writes its shards into
         if self.d.is_main:
             with checkpoint.written_or_nothing(target):
                 tmp = new_staging(target)
                 torch.save(scaler, tmp / SCALER)
-                tmp = str(tmp)
-        tmp = Path(distributed.broadcast_object(tmp, self.d))
+                staged = str(tmp)
+        tmp = Path(cast(str, distributed.broadcast_object(staged, self.d)))  # rank 0's, on every rank
         if self.async_save:
             future = dcp.async_save(shards, checkpoint_id=tmp / SHARDS, process_group=self.group)
+            assert isinstance(future, Future)  # staged before it returns (no async stager): one Future
             self.in_flight = _InFlight(future, tmp, target, state, rngs)
         else:
             dcp.save(shards, checkpoint_id=tmp / SHARDS, process_group=self.group)
@@ -78,9 +88,12 @@ class ShardedSaves:
         flight.future.result()
         self._commit(flight.tmp, flight.target, flight.state, flight.rngs)
 
-    def _commit(self, tmp: Path, target: Path, state: dict | None, rngs: list | None) -> None:
+    def _commit(
+        self, tmp: Path, target: Path, state: dict[str, Any] | None, rngs: list[dict[str, Any]] | None
+    ) -> None:
         distributed.barrier(self.d)  # every rank's shards are written
         if self.d.is_main:
+            assert state is not None and rngs is not None  # rank 0 is handed both (RunSaves.save)
             with checkpoint.written_or_nothing(target):
                 checkpoint.commit(tmp, target, state, rngs)
             self.rolling.publish(target)
@@ -99,7 +112,7 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
     parallel.load_sharded_state(model, optimizer, state)
 
 
-def _make_room(saved: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+def _make_room(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
     """DCP loads only what the state it is handed holds, and a fresh optimizer's state holds what
     its step makes: optimizer state of a parameter's shape that the checkpoint holds and the
     optimizer never makes itself (the tail's sums, ``run.tail``) gets a place first, as zeros of
@@ -114,7 +127,7 @@ def _make_room(saved: dict, model: torch.nn.Module, optimizer: torch.optim.Optim
     return made
 
 
-def _leave_out_unsaved(saved: dict, per_param: dict) -> None:
+def _leave_out_unsaved(saved: dict[str, Any], per_param: dict[str, Any]) -> None:
     """Optimizer state the checkpoint does not hold (a branch that turns on an ingredient with
     state of its own, NorMuon's): left out of the load, so it starts from nothing, as on one process."""
     for fqn, entries in per_param.items():
@@ -122,5 +135,6 @@ def _leave_out_unsaved(saved: dict, per_param: dict) -> None:
             del entries[name]
 
 
-def load_scaler(path: Path) -> dict:
-    return torch.load(path / SCALER, weights_only=True)
+def load_scaler(path: Path) -> dict[str, Any]:
+    state: dict[str, Any] = torch.load(path / SCALER, weights_only=True)
+    return state

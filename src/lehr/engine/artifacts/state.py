@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lehr import fixes
 
@@ -28,9 +29,10 @@ def state_file(folder: str | Path) -> Path:
 class State:
     """What a checkpoint records besides its tensors (``Run._state`` writes it)."""
 
-    progress: dict = field(default_factory=dict)  # step, tokens, evals, best_loss, trained_by, ...
-    config: dict = field(default_factory=dict)  # the resolved TrainConfig (``model`` as its math dict)
-    provenance: dict = field(default_factory=dict)  # profile, stage, inputs' sha256 (no commit)
+    progress: dict[str, Any] = field(default_factory=dict)  # step, tokens, evals, best_loss, trained_by
+    # the resolved TrainConfig (``model`` as its math dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)  # profile, stage, inputs' sha256 (no commit)
     math_hash: str = ""
     manifest_sha256: str = ""
     tokenizer_sha256: str = ""
@@ -39,13 +41,14 @@ class State:
     device: str = "?"
     torch: str = "?"
     cuda: str | None = None
-    code: dict = field(default_factory=dict)  # {} before the code identity was recorded (2026-12-01)
-    versions: dict = field(default_factory=dict)  # {} before the versions were (2026-12-02)
-    files: dict = field(default_factory=dict)  # name -> sha256 of every other file of the checkpoint
-    record: dict = field(default_factory=dict, repr=False)  # the whole file as written
+    # {} in a checkpoint older than the code-identity record
+    code: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)  # {} in one older than the versions record
+    files: dict[str, str] = field(default_factory=dict)  # name -> sha256 of every other file in it
+    record: dict[str, Any] = field(default_factory=dict, repr=False)  # the whole file as written
 
     @classmethod
-    def of(cls, record: dict) -> State:
+    def of(cls, record: dict[str, Any]) -> State:
         known = {k: record[k] for k in cls.__dataclass_fields__ if k in record and k != "record"}
         return cls(**known, record=record)
 
@@ -65,13 +68,16 @@ class State:
 
     @property
     def step(self) -> int:
-        return self.progress["step"]
+        step: int = self.progress["step"]
+        return step
 
     @property
     def tokens(self) -> int:
-        return self.progress["tokens"]
+        tokens: int = self.progress["tokens"]
+        return tokens
 
     @property
     def out_dir(self) -> str:
         """The run folder that trained it, as that run named it."""
-        return self.config["out_dir"]
+        out_dir: str = self.config["out_dir"]
+        return out_dir

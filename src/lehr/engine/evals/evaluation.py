@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -14,8 +15,11 @@ import torch.nn.functional as F
 from lehr.engine.artifacts.checkpoint import load_weights, verify
 from lehr.engine.batches import Source, eval_windows
 from lehr.engine.hardware import Hardware
-from lehr.engine.model import ModelConfig, Transformer
+from lehr.engine.model import LanguageModel, ModelConfig, Transformer
 from lehr.tokens import ENDOFTEXT
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 LN2 = math.log(2)
 
@@ -48,7 +52,7 @@ def windows_per_pass(seq_len: int, micro_batch: int) -> int:
     return max(micro_batch, EVAL_TOKENS // seq_len)
 
 
-def token_nats(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def token_nats(model: LanguageModel, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Each position's loss in nats (float32, shaped like ``targets``), the head in slices."""
     hidden = model.hidden(inputs).flatten(0, 1)
     flat = targets.reshape(-1)
@@ -61,7 +65,7 @@ def token_nats(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tens
     return torch.cat(nats).view_as(targets)
 
 
-def _window_nats(model: torch.nn.Module, windows: np.ndarray, hw: Hardware, micro_batch: int) -> torch.Tensor:
+def _window_nats(model: LanguageModel, windows: np.ndarray, hw: Hardware, micro_batch: int) -> torch.Tensor:
     """Every window's summed loss in nats (float64, on the device: the caller reads it once)."""
     step = windows_per_pass(windows.shape[1] - 1, micro_batch)
     sums = []
@@ -74,7 +78,7 @@ def _window_nats(model: torch.nn.Module, windows: np.ndarray, hw: Hardware, micr
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int
+    model: LanguageModel, held: HeldOut, hw: Hardware, micro_batch: int
 ) -> dict[str, dict[str, float]]:
     """Mean loss (nats/token), perplexity and bits-per-byte per source and over all of them.
 
@@ -104,9 +108,7 @@ def evaluate(
 
 
 @torch.no_grad()
-def window_nats(
-    model: torch.nn.Module, held: HeldOut, hw: Hardware, micro_batch: int
-) -> dict[str, np.ndarray]:
+def window_nats(model: LanguageModel, held: HeldOut, hw: Hardware, micro_batch: int) -> dict[str, np.ndarray]:
     """Each held-out window's summed loss in nats, per source: the items a paired comparison of
     two models resamples (``lehr.reports.comparison``)."""
     was_training = model.training
@@ -119,14 +121,15 @@ def window_nats(
     return out
 
 
-def prompt_ids(tokenizer, prompt: str) -> list[int]:
+def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     """The prompt's tokens; an empty prompt starts where a document does, after end-of-text."""
-    return tokenizer.encode(prompt).ids or [tokenizer.token_to_id(ENDOFTEXT)]
+    # cast: every lehr tokenizer carries the token (lehr.tokens)
+    return tokenizer.encode(prompt).ids or [cast(int, tokenizer.token_to_id(ENDOFTEXT))]
 
 
 @torch.no_grad()
 def sample(
-    model: torch.nn.Module,
+    model: LanguageModel,
     ids: list[int],
     n_tokens: int,
     device: torch.device,
@@ -149,14 +152,16 @@ def sample(
         model.train(was_training)
 
 
-def sample_text(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, device: torch.device) -> str:
+def sample_text(
+    model: LanguageModel, tokenizer: Tokenizer, prompt: str, n_tokens: int, device: torch.device
+) -> str:
     """The prompt and a short continuation of it, read from the device once."""
     ids = prompt_ids(tokenizer, prompt)
     new = list(sample(model, ids, n_tokens, device))
     return tokenizer.decode(ids + (torch.stack(new).tolist() if new else []))
 
 
-def load_model(path, device: torch.device) -> torch.nn.Module:
+def load_model(path: str | Path, device: torch.device) -> Transformer:
     """A model rebuilt from a checkpoint's own config and weights, ready for evaluation; refused
     unless every file matches the sha256 its state records (as a resume does)."""
     state = verify(Path(path))

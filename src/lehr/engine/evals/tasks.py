@@ -19,12 +19,17 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 
 from lehr.engine.evals.evaluation import HEAD_TOKENS
+from lehr.engine.model import LanguageModel
 from lehr.tokens import ENDOFTEXT
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 class TaskError(ValueError):
@@ -115,16 +120,16 @@ class Scorer:
 
     def __init__(
         self,
-        model: torch.nn.Module,
-        tokenizer,
+        model: LanguageModel,
+        tokenizer: Tokenizer,
         device: torch.device,
         batch_size: int = 16,
         remember: bool = False,
-    ):
+    ) -> None:
         self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.seq_len = model.cfg.seq_len
+        self.seq_len: int = model.cfg.seq_len
         self.batch_tokens = batch_size * self.seq_len
-        self.prefix = tokenizer.token_to_id(ENDOFTEXT)
+        self.prefix = cast(int, tokenizer.token_to_id(ENDOFTEXT))  # every lehr tokenizer carries it
         self._encoded: dict[tuple[str, str], tuple[list[int], list[int]]] | None = {} if remember else None
 
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -170,10 +175,10 @@ class Scorer:
             if cont and len(ctx) + len(cont) <= self.seq_len + 1:
                 by_context.setdefault(tuple(ctx), []).append(i)
         rows, alone = [], set(range(len(encoded)))
-        for ctx, pairs in by_context.items():
-            for group in self._fitting(len(ctx), [(i, encoded[i][1]) for i in pairs]):
+        for context, pairs in by_context.items():
+            for group in self._fitting(len(context), [(i, encoded[i][1]) for i in pairs]):
                 if len(group) > 1:
-                    rows.append(_Row.shared(list(ctx), group))
+                    rows.append(_Row.shared(list(context), group))
                     alone -= {i for i, _ in group}
         return rows + [_Row.alone(i, *encoded[i], self.seq_len) for i in sorted(alone)]
 
@@ -202,9 +207,9 @@ class Scorer:
         # Every prediction the batch scores, as flat lists of its row, its position and its target.
         rows_at, positions_at, target_list = [], [], []
         for r, row in enumerate(rows):
-            for _, at, cont in row.scored:
-                rows_at += [r] * len(at)
-                positions_at += at
+            for _, where, cont in row.scored:
+                rows_at += [r] * len(where)
+                positions_at += where
                 target_list += cont
         token_ll, hit = torch.zeros(0), torch.zeros(0, dtype=torch.bool)
         if target_list:
@@ -225,7 +230,7 @@ class Scorer:
 
 
 def _target_logprobs(
-    model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
+    model: LanguageModel, hidden: torch.Tensor, targets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each target's log-probability and whether it is the argmax, the head in slices of
     HEAD_TOKENS positions; only these two values per position go to the host."""

@@ -17,13 +17,47 @@ orthogonalisation itself, on one process).
 
 from __future__ import annotations
 
+import typing
+from typing import Literal, Protocol
+
 import torch
 
 from lehr.engine.optim.muon_adamw import MuonAdamW
-from lehr.engine.optim.muon_work import check_layout
-from lehr.engine.optim.newton_schulz import ORTHOGONALISERS
+from lehr.engine.optim.muon_work import MuonWork, check_layout
+from lehr.engine.optim.newton_schulz import ORTHOGONALISERS, OrthogonaliserName
 
-OPTIMIZERS = ("adamw", "muon")
+Optimizer = Literal["adamw", "muon"]
+OPTIMIZERS: tuple[Optimizer, ...] = typing.get_args(Optimizer)
+
+
+class OptimizerSettings(Protocol):
+    """What ``build`` reads of a run's settings (``config.OptimizerConfig`` and the schedule's peak):
+    a protocol, so that the optimizers need not import the config, which imports their names."""
+
+    @property
+    def optimizer(self) -> Optimizer: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def beta1(self) -> float: ...
+    @property
+    def beta2(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def muon_lr(self) -> float: ...
+    @property
+    def muon_momentum(self) -> float: ...
+    @property
+    def muon_weight_decay(self) -> float: ...
+    @property
+    def muon_work(self) -> MuonWork: ...
+    @property
+    def muon_orthogonaliser(self) -> OrthogonaliserName: ...
+    @property
+    def muon_cautious_decay(self) -> bool: ...
+    @property
+    def muon_normuon_beta2(self) -> float: ...
 
 
 def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
@@ -31,7 +65,7 @@ def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
     return p.dim() == 2 and name.startswith("blocks.")
 
 
-def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
+def build(model: torch.nn.Module, cfg: OptimizerSettings) -> torch.optim.Optimizer:
     """The optimizer ``cfg.optimizer`` names, over the model's trainable parameters."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     # Decay matrices only: norm gains are not capacity, and decaying them distorts normalisation.

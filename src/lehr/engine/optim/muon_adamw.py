@@ -8,6 +8,9 @@ matmuls round as torch's one-matrix ones do), and no host sync decides it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast, overload
+
 import torch
 import torch.distributed as dist
 from torch.optim import adamw
@@ -22,6 +25,9 @@ from lehr.engine.optim.muon_work import (
 )
 from lehr.engine.optim.newton_schulz import ORTHOGONALISERS, Orthogonaliser, orthogonalise
 
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+
 
 class MuonAdamW(torch.optim.Optimizer):
     """Muon on the groups marked ``algorithm: muon``, fused AdamW on the others, in one optimizer:
@@ -32,7 +38,7 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def __init__(
         self,
-        groups: list[dict],
+        groups: list[dict[str, Any]],
         *,
         lr: float,
         betas: tuple[float, float],
@@ -41,7 +47,7 @@ class MuonAdamW(torch.optim.Optimizer):
         orthogonaliser: Orthogonaliser = ORTHOGONALISERS["newton_schulz"],
         cautious_decay: bool = False,
         normuon_beta2: float = 0.0,
-    ):
+    ) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": 1e-8, "momentum": momentum, "lr_scale": 1.0}
         super().__init__(groups, defaults)
         # Attributes, not group entries: the config that built the optimizer holds them, and a
@@ -52,8 +58,18 @@ class MuonAdamW(torch.optim.Optimizer):
             if group["algorithm"] == "muon" and any(p.dim() != 2 for p in group["params"]):
                 raise ValueError("Muon takes 2-D matrices only")
 
+    # torch.optim.Optimizer's two signatures: with a closure, the step evaluates the loss first
+    # and returns it (the loop passes none).
+    @overload
+    def step(self, closure: None = None) -> None: ...
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         found_inf = getattr(self, "found_inf", None)
         grad_scale = getattr(self, "grad_scale", None)
         for group in self.param_groups:
@@ -64,8 +80,15 @@ class MuonAdamW(torch.optim.Optimizer):
                 self._muon(group, params, found_inf, grad_scale)
             else:
                 self._adamw(group, params, found_inf, grad_scale)
+        return loss
 
-    def _adamw(self, group: dict, params: list, found_inf, grad_scale) -> None:
+    def _adamw(
+        self,
+        group: dict[str, Any],
+        params: list[torch.Tensor],
+        found_inf: torch.Tensor | None,
+        grad_scale: torch.Tensor | None,
+    ) -> None:
         states = [self.state[p] for p in params]
         for p, s in zip(params, states, strict=True):
             if not s:
@@ -75,7 +98,7 @@ class MuonAdamW(torch.optim.Optimizer):
         beta1, beta2 = group["betas"]
         adamw.adamw(
             params,
-            [p.grad for p in params],
+            [_grad(p) for p in params],
             [s["exp_avg"] for s in states],
             [s["exp_avg_sq"] for s in states],
             [],
@@ -92,7 +115,13 @@ class MuonAdamW(torch.optim.Optimizer):
             maximize=False,
         )
 
-    def _muon(self, group: dict, params: list, found_inf, grad_scale) -> None:
+    def _muon(
+        self,
+        group: dict[str, Any],
+        params: list[torch.Tensor],
+        found_inf: torch.Tensor | None,
+        grad_scale: torch.Tensor | None,
+    ) -> None:
         lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
         # On a skipped step (found_inf = 1) every factor below is the identity; otherwise each is
         # the very scalar torch.optim.Muon uses, so the two step alike bit for bit.
@@ -100,11 +129,12 @@ class MuonAdamW(torch.optim.Optimizer):
         for p in params:  # a DTensor under FSDP, so that the state dict shards it like the weights
             if "momentum_buffer" not in self.state[p]:
                 self.state[p]["momentum_buffer"] = torch.zeros_like(
-                    p.grad, memory_format=torch.preserve_format
+                    _grad(p), memory_format=torch.preserve_format
                 )
         # The arithmetic runs on this rank's shards (the whole tensors outside FSDP).
         grads = [
-            local_shard(p.grad) if grad_scale is None else local_shard(p.grad) / grad_scale for p in params
+            local_shard(_grad(p)) if grad_scale is None else local_shard(_grad(p)) / grad_scale
+            for p in params
         ]
         bufs = [local_shard(self.state[p]["momentum_buffer"]) for p in params]
         if take is None:
@@ -118,7 +148,8 @@ class MuonAdamW(torch.optim.Optimizer):
         if is_dtensor(params[0]):
             world = params[0].device_mesh.size()
             owner = owners([p.shape for p in params], world) if self.shared else None
-            updates = orthogonalise_sharded(nesterov, params, owner, method)
+            # Under FSDP every hidden matrix is a DTensor: fully_shard shards them all.
+            updates = orthogonalise_sharded(nesterov, cast("list[DTensor]", params), owner, method)
         else:
             updates = (
                 orthogonalise_shared(nesterov, method) if self.shared else orthogonalise(nesterov, method)
@@ -139,7 +170,9 @@ class MuonAdamW(torch.optim.Optimizer):
             # Keller's sqrt(max(1, rows / cols)), of the whole matrix (a DTensor's shape is global)
             weight.add_(update, alpha=-_adjust_lr(lr, None, p.shape))
 
-    def _even_out_neurons(self, params: list, updates: list, take) -> list[torch.Tensor]:
+    def _even_out_neurons(
+        self, params: list[torch.Tensor], updates: list[torch.Tensor], take: torch.Tensor | None
+    ) -> list[torch.Tensor]:
         """NorMuon (Li et al. 2025, arXiv 2510.05491; nanochat): each neuron's row of the
         orthogonalised update divided by the root of a running mean (``normuon_beta2``) of its
         mean square, then the whole update scaled back to its norm before, so that Muon's step
@@ -162,6 +195,11 @@ class MuonAdamW(torch.optim.Optimizer):
             dist.all_reduce(sums, group=params[0].device_mesh.get_group())
         ratios = sums[:, 0].sqrt() / (sums[:, 1].sqrt() + 1e-10)
         return [scaled * ratio for scaled, ratio in zip(evened, ratios.unbind(), strict=True)]
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None, "step hands the algorithms only parameters with a gradient"
+    return p.grad
 
 
 def _rows_like(p: torch.Tensor) -> torch.Tensor:

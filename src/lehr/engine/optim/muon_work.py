@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import typing
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, TypeGuard
+from typing import TYPE_CHECKING, Literal, TypeGuard, cast
 
 import torch
 import torch.distributed as dist
@@ -22,7 +22,7 @@ from lehr.engine.optim.newton_schulz import ORTHOGONALISERS, Orthogonaliser, ort
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, Shard
 
 # How Muon's orthogonalisation is spread over the processes (DDP or FSDP): shared = each matrix
 # is orthogonalised once, by the rank that owns it; redundant = every rank orthogonalises every
@@ -126,7 +126,7 @@ def orthogonalise_sharded(
     world, rank, group = mesh.size(), mesh.get_local_rank(), mesh.get_group()
     if world == 1:
         return orthogonalise(parts, method)
-    dims = [p.placements[0].dim for p in params]
+    dims = [cast("Shard", p.placements[0]).dim for p in params]  # check_layout let only Shard through
     spans = [_spans(p.shape[d], world) for p, d in zip(params, dims, strict=True)]
 
     def shard(i: int, k: int) -> torch.Size:  # the shape of rank k's shard of matrix i

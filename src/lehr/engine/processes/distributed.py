@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -84,7 +85,10 @@ def mean_over_ranks(t: torch.Tensor, d: Dist) -> torch.Tensor:
     return total / d.world
 
 
-def broadcast_object(obj, d: Dist):
+_T = TypeVar("_T")
+
+
+def broadcast_object(obj: _T, d: Dist) -> _T:
     if not d.enabled:
         return obj
     box = [obj]
@@ -92,10 +96,10 @@ def broadcast_object(obj, d: Dist):
     return box[0]
 
 
-def gather_to_main(obj, d: Dist) -> list | None:
+def gather_to_main(obj: _T, d: Dist) -> list[_T] | None:
     if not d.enabled:
         return [obj]
-    out = [None] * d.world if d.is_main else None
+    out: list[Any] | None = [None] * d.world if d.is_main else None  # gather_object fills in every obj
     dist.gather_object(obj, out, dst=0)
     return out
 

@@ -10,8 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -57,11 +58,11 @@ def torchrun_args(launch: Launch) -> list[str]:
 def run(
     cfg: TrainConfig,
     launch: Launch,
-    callback_specs: list[str] = (),
+    callback_specs: Sequence[str] = (),
     extra_env: dict[str, str] | None = None,
     wait_for_folder: bool = False,
     on_share: Callable[[shares.Share], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Train ``cfg`` on a share of the machine (``lehr.engine.processes.shares``); returns rank 0's run
     summary with the share's ``tags()``. Multi-process runs go through torchrun.
 
@@ -94,7 +95,9 @@ def run(
         return {**summary, "share": share.tags()}
 
 
-def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_dir: Path) -> dict:
+def _torchrun(
+    cfg: TrainConfig, launch: Launch, callback_specs: Sequence[str], extra_env: dict[str, str], out_dir: Path
+) -> dict[str, Any]:
     # The job files live in the run folder under a name the next run's recovery clears if a kill
     # leaves them behind (a kill skips every cleanup handler).
     job_dir = sibling(out_dir / "launch", "tmp")
@@ -122,7 +125,8 @@ def _torchrun(cfg: TrainConfig, launch: Launch, callback_specs, extra_env, out_d
         if launch.nnodes > 1 and not summary_path.is_file():
             # The rendezvous put rank 0, which writes the run's summary, on another node.
             return {"node_rank": launch.node_rank}
-        return json.loads(summary_path.read_text())
+        summary: dict[str, Any] = json.loads(summary_path.read_text())
+        return summary
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
 

@@ -11,10 +11,13 @@ one process count) loads under the other.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 from torch.distributed.checkpoint.state_dict import (
+    OptimizerStateType,
     StateDictOptions,
+    ValueType,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -51,7 +54,7 @@ def replicate(model: Transformer, hw: Hardware, world: int) -> torch.nn.Module:
     return DDP(model, device_ids=[hw.device.index] if hw.device.type == "cuda" else None)
 
 
-def no_sync(module: torch.nn.Module, last: bool):
+def no_sync(module: torch.nn.Module, last: bool) -> contextlib.AbstractContextManager[None]:
     """Gradients of all but the last micro-batch stay local: DDP skips its all-reduce, FSDP2 its
     reduce-scatter (it keeps the unsharded gradients until the last)."""
     if isinstance(module, FSDPModule):
@@ -66,20 +69,22 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def full_model_state(model: torch.nn.Module) -> dict[str, ValueType]:
     """Every parameter whole, on the CPU (gathered from the shards under FSDP: every rank takes part)."""
     return get_model_state_dict(model, options=FULL)
 
 
-def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> OptimizerStateType:
     return get_optimizer_state_dict(model, optimizer, options=FULL)
 
 
-def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+def load_full_model_state(model: torch.nn.Module, state: dict[str, ValueType]) -> None:
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
-def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+def load_full_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
     """A whole optimizer state keyed by parameter name; one saved by position (checkpoints before
     2026-12-01, DDP only) loads as it was saved."""
     if keyed_by_position(state):
@@ -89,7 +94,7 @@ def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Opt
     _as_built(optimizer)
 
 
-def keyed_by_position(state: dict) -> bool:
+def keyed_by_position(state: dict[str, Any]) -> bool:
     """An optimizer state saved by parameter position (DDP checkpoints before 2026-12-01)."""
     return bool(state.get("state")) and all(isinstance(k, int) for k in state["state"])
 
@@ -103,15 +108,17 @@ def _as_built(optimizer: torch.optim.Optimizer) -> None:
                 group[key] = tuple(value)
 
 
-def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
     """This rank's shards of the model (and optimizer), for DCP."""
-    state = {"model": get_model_state_dict(model, options=SHARDED)}
+    state: dict[str, Any] = {"model": get_model_state_dict(model, options=SHARDED)}
     if optimizer is not None:
         state["optimizer"] = get_optimizer_state_dict(model, optimizer, options=SHARDED)
     return state
 
 
-def load_sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: dict) -> None:
+def load_sharded_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any]
+) -> None:
     set_model_state_dict(model, state["model"], options=SHARDED)
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state["optimizer"], options=SHARDED)

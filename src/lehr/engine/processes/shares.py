@@ -26,9 +26,10 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 JOBS_ENV = "LEHR_JOBS"  # how many runs share this machine at once (lehr queue start -j N sets it)
 FOLDER_ENV = "LEHR_SHARES_DIR"  # the allocator's folder: one per machine (tests give each worker its own)
@@ -168,7 +169,7 @@ def claim(
             os.close(fd)  # releases the claim
 
 
-def _try(root: Path, kind: str, devices: tuple, count: int) -> list[tuple[int, str]]:
+def _try(root: Path, kind: str, devices: tuple[int | str, ...], count: int) -> list[tuple[int, str]]:
     """Take ``count`` free devices of ``kind``, or none (a part claim would starve two waiters)."""
     taken = []
     for device in devices if count else ():
@@ -213,7 +214,7 @@ def _allocator(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def holders(machine: Machine | None = None) -> dict[str, dict]:
+def holders(machine: Machine | None = None) -> dict[str, dict[str, Any]]:
     """Who holds each device of the machine now: ``{"cpu-0": {"pid", "cmd", "purpose", "since"}}``."""
     root = folder()
     if not root.is_dir():
@@ -222,7 +223,7 @@ def holders(machine: Machine | None = None) -> dict[str, dict]:
         return _holders(root, machine or this_machine(False))
 
 
-def _holders(root: Path, machine: Machine) -> dict[str, dict]:
+def _holders(root: Path, machine: Machine) -> dict[str, dict[str, Any]]:
     out = {}
     names = [f"cpu-{c}" for c in machine.cores] + [f"gpu-{g}" for g in machine.gpus]
     for name in names:
@@ -244,7 +245,7 @@ def _holders(root: Path, machine: Machine) -> dict[str, dict]:
     return out
 
 
-def _waiting_line(n_cores: int, n_gpus: int, holders: dict[str, dict], declared: int | None) -> str:
+def _waiting_line(n_cores: int, n_gpus: int, holders: dict[str, dict[str, Any]], declared: int | None) -> str:
     wants = f"{n_gpus} free GPU(s)" if n_gpus else f"{n_cores} free CPU core(s)"
     by = sorted(
         {f"pid {h.get('pid')} ({h.get('purpose', '?')}: {h.get('cmd', '?')[:120]})" for h in holders.values()}
@@ -260,10 +261,11 @@ def _waiting_line(n_cores: int, n_gpus: int, holders: dict[str, dict], declared:
 
 def _ranges(ids: tuple[int, ...]) -> str:
     """(0, 1, 2, 5) -> "0-2,5"."""
-    out, ids = [], sorted(ids)
-    start = prev = None
-    for i in ids + [None]:
-        if start is not None and i == prev + 1:
+    out: list[str] = []
+    start: int | None = None
+    prev: int | None = None
+    for i in [*sorted(ids), None]:
+        if prev is not None and i == prev + 1:  # prev is None exactly when start is
             prev = i
             continue
         if start is not None:
@@ -291,7 +293,7 @@ def pinned(share: Share, nproc: int) -> Iterator[None]:
         torch.set_num_threads(before_threads)
 
 
-def _pin_every_thread(cores) -> None:
+def _pin_every_thread(cores: Iterable[int]) -> None:
     """The affinity of every thread of this process: the kernel sets one thread's at a time, and
     torch's OpenMP threads, once started, keep theirs. Threads started later inherit it."""
     tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]

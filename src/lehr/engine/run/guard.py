@@ -14,6 +14,8 @@ data mix) widens the window's spread within a few steps instead of being skipped
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -60,13 +62,13 @@ class StepGuard:
         self.longest.zero_()
         self.spikes.zero_()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The loss window, oldest first (read at checkpoints, which sync anyway)."""
         window, seen = self.losses.numel(), int(self.seen)
         order = torch.arange(seen - min(seen, window), seen) % window
         return {"losses": self.losses.cpu()[order].tolist(), "seen": seen}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         window = self.losses.numel()
         losses, seen = state["losses"][-window:], state["seen"]
         for i, value in enumerate(losses):  # back in the ring where the saved run had them

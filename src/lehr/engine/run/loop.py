@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -20,19 +22,19 @@ from lehr.engine.artifacts.state import is_checkpoint
 from lehr.engine.batches import ShardSet
 from lehr.engine.config import TrainConfig
 from lehr.engine.evals.evaluation import HeldOut, evaluate, sample_text, windows_per_pass
-from lehr.engine.evals.tasks import Scorer, evaluate_task, read_task
+from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.engine.hardware import Hardware, memory_report, resolve
 from lehr.engine.processes import distributed, parallel
 from lehr.engine.run import plan, tail, update
 from lehr.engine.run.guard import StepGuard
-from lehr.engine.run.metrics import RunLog, Throughput, load_callbacks, timing
+from lehr.engine.run.metrics import Callback, RunLog, Throughput, load_callbacks, timing
 from lehr.engine.run.signals import GracefulStop
 from lehr.engine.run.start import build, start
 from lehr.engine.run.stopping import DivergedError, Divergence, Progress, policies
 from lehr.engine.schedule import mix_at
 
 
-def train(cfg: TrainConfig, callback_specs: list[str] = ()) -> dict:
+def train(cfg: TrainConfig, callback_specs: Sequence[str] = ()) -> dict[str, Any]:
     """Train ``cfg`` from wherever it should start (fresh, resume, branch); returns a summary."""
     dist = distributed.setup(cfg.device, cfg.parallel)
     run = None
@@ -75,7 +77,7 @@ class Run:
     policies, and the parts it hands work to: its record (``log``) and its checkpoints (``saves``).
     Built whole here, from a fresh start, a resume or a branch (``start``)."""
 
-    def __init__(self, cfg: TrainConfig, dist: distributed.Dist, callbacks: list):
+    def __init__(self, cfg: TrainConfig, dist: distributed.Dist, callbacks: list[Callback]) -> None:
         self.cfg, self.dist = cfg, dist
         self.hw = resolve(
             cfg.device, cfg.precision, cfg.peak_tflops, dist.local_rank, cfg.attention, cfg.compile
@@ -116,7 +118,7 @@ class Run:
         distributed.barrier(self.dist)
         return start(self.cfg, self.dist, self.hw, self.trainee, self.saves.rolling, self.shards)
 
-    def _open_log(self, callbacks: list) -> RunLog:
+    def _open_log(self, callbacks: list[Callback]) -> RunLog:
         peak = self.hw.peak_tflops
         return RunLog(
             self.out_dir,
@@ -201,7 +203,7 @@ class Run:
             return False  # killed before its end was saved (or it is broken): save it again
         return end["progress"]["step"] == self.prog.step and end.get("code") == code_record()
 
-    def summary_of_finished(self) -> dict:
+    def summary_of_finished(self) -> dict[str, Any]:
         self.log.info(
             "%s finished at step %d under this code and configuration: nothing trained, nothing rewritten",
             self.out_dir,
@@ -325,9 +327,11 @@ class Run:
     def evaluate(self) -> None:
         """Rank 0 evaluates; every rank then holds the same eval history, so the decisions that
         follow (auto-anneal, early stop, best) are taken identically everywhere without more syncs."""
-        cfg, prog, rec = self.cfg, self.prog, None
+        cfg, prog = self.cfg, self.prog
+        rec: dict[str, Any] | None = None
         model = self.saves.whole_model()
         if self.dist.is_main:
+            assert model is not None  # rank 0 is handed the whole model
             began = time.perf_counter()
             rec = {
                 "step": prog.step,
@@ -338,12 +342,14 @@ class Run:
                 # One scorer while the model is the same object, so that each pair is tokenized
                 # once a run, not at every eval.
                 if self.scorer is None or self.scorer.model is not model:
+                    assert self.tokenizer is not None  # loaded for the tasks (_eval_data)
                     rows = windows_per_pass(cfg.model.seq_len, cfg.micro_batch)
                     self.scorer = Scorer(model, self.tokenizer, self.hw.device, rows, remember=True)
                 rec["tasks"] = {
                     task.name: evaluate_task(self.scorer, task, cfg.task_examples) for task in self.tasks
                 }
             if cfg.sample_tokens:
+                assert self.tokenizer is not None  # loaded for the sample (_eval_data)
                 rec["sample"] = sample_text(
                     model, self.tokenizer, cfg.sample_prompt, cfg.sample_tokens, self.hw.device
                 )
@@ -359,6 +365,7 @@ class Run:
                 rec.get("sample", "")[:80],
             )
         rec = distributed.broadcast_object(rec, self.dist)
+        assert rec is not None  # rank 0's, now on every rank
         prog.evals.append({k: v for k, v in rec.items() if k not in ("sample", "seconds")})
         if prog.best_loss is None or rec["heldout"]["loss"] < prog.best_loss:
             prog.best_loss = rec["heldout"]["loss"]
@@ -382,6 +389,7 @@ class Run:
     def branch_point(self, step: int) -> Path:
         """Where the stable phase keeps its checkpoint of ``step`` for good (a branch point)."""
         rule = self.cfg.stop_rule
+        assert rule is not None  # branch points are the stable phase's, which has a stop rule
         return Path(rule.keep_to) / rule.kept_name(self.tokens_at(step))
 
     def tokens_at(self, step: int) -> int:
@@ -426,7 +434,7 @@ class Run:
         return where
 
     # -- finish --------------------------------------------------------------------------------------
-    def finish(self, stop: str | None, signal_name: str | None) -> dict:
+    def finish(self, stop: str | None, signal_name: str | None) -> dict[str, Any]:
         prog, cfg, log = self.prog, self.cfg, self.log
         # The decay's end, or a policy's early stop; a signal or a stop short of both keeps the sums
         # (the run's next attempt averages and evaluates them).
@@ -463,7 +471,7 @@ class Run:
         self.log.info("tail averaging: the weights of the last %d steps averaged into the final model", count)
         return True
 
-    def _summary(self, stop: str | None) -> dict:
+    def _summary(self, stop: str | None) -> dict[str, Any]:
         prog, cfg = self.prog, self.cfg
         # The whole run's, from its record: every attempt's steps and evals, not this process's share.
         wall, tok_s = timing(self.out_dir) if self.dist.is_main else (None, None)
@@ -505,7 +513,7 @@ def _check_memory(cfg: TrainConfig, world: int, hw: Hardware) -> memory.Estimate
     return memory.check_fits(cfg.model, setup, free)
 
 
-def _eval_data(cfg: TrainConfig, shards: ShardSet) -> tuple[HeldOut, list, Tokenizer | None]:
+def _eval_data(cfg: TrainConfig, shards: ShardSet) -> tuple[HeldOut, list[Task], Tokenizer | None]:
     """What the in-loop evals score: the held-out windows, the tasks and, for the tasks and the
     sample, the shards' tokenizer."""
     held = HeldOut.build(shards.heldout(), cfg.model.seq_len, cfg.eval_windows)

@@ -13,13 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from lehr.files.atomic import write_text_atomic
 
 log = logging.getLogger("lehr.train")
-Callback = Callable[[list[dict]], None]  # takes records, oldest first
+Callback = Callable[[list[dict[str, Any]]], None]  # takes records, oldest first
 
 
 def load_callbacks(specs: list[str]) -> list[Callback]:
@@ -31,7 +32,7 @@ def load_callbacks(specs: list[str]) -> list[Callback]:
     return out
 
 
-def flatten(record: dict, prefix: str = "") -> dict:
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"heldout": {"loss": 4.1}}`` -> ``{"heldout.loss": 4.1}``: records are nested in the engine
     and flat at its edges (JSON lines, callbacks), where tables and trackers want one key per value."""
     out = {}
@@ -50,7 +51,7 @@ CLOCK_KEYS = ("seconds", "tok_per_s", "mfu", "mem")
 METRICS, TIMING = "metrics.jsonl", "timing.jsonl"
 
 
-def _read(path: Path) -> list[dict]:
+def _read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
@@ -102,7 +103,7 @@ class RunLog:
             if sys.stderr.isatty():
                 self.bar = tqdm(total=end, initial=start, unit="step", dynamic_ncols=True)
 
-    def _truncate_after(self, step: int) -> list[dict]:
+    def _truncate_after(self, step: int) -> list[dict[str, Any]]:
         """Drop records past the resume point (those steps are trained again); returns the rest,
         each with its clock readings again."""
         kept = {}
@@ -122,7 +123,9 @@ class RunLog:
         """After work that is not training (an eval, a rolling save): the next interval starts now."""
         self.since, self.tokens = time.perf_counter(), 0
 
-    def train_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, mem: str) -> None:
+    def train_step(
+        self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, mem: str | None
+    ) -> None:
         """The log line of ``step`` and its record, with the rates of the steps since the last one."""
         seconds = time.perf_counter() - self.since
         rate = self.throughput
@@ -146,7 +149,7 @@ class RunLog:
         )
         self.restart_clock()
 
-    def epochs(self, tiers: dict, when: str, warn_above: float | None) -> None:
+    def epochs(self, tiers: dict[str, dict[str, float]], when: str, warn_above: float | None) -> None:
         """One line of tokens and epochs per tier (``TrainStream.tokens_per_tier``); a warning for a
         tier repeated over ``warn_above`` times."""
         self.info(
@@ -173,7 +176,7 @@ class RunLog:
                 ", ".join(f"{tier} {e:.1f} epochs" for tier, e in over.items()),
             )
 
-    def record(self, rec: dict) -> None:
+    def record(self, rec: dict[str, Any]) -> None:
         if not self.enabled:
             return
         rec = flatten(rec)
@@ -193,7 +196,7 @@ class RunLog:
             with open(self.timing_path, "a") as f:
                 f.write(json.dumps({"step": step, "kind": kind, "seconds": seconds}) + "\n")
 
-    def log_step(self, rec: dict) -> None:
+    def log_step(self, rec: dict[str, Any]) -> None:
         if not self.enabled:
             return
         self.record(rec)
@@ -210,11 +213,11 @@ class RunLog:
             self.bar.set_postfix_str(f"loss {rec['loss']:.3f}")
         log.info(line)
 
-    def info(self, message: str, *args) -> None:
+    def info(self, message: str, *args: object) -> None:
         if self.enabled:
             log.info(message, *args)
 
-    def warning(self, message: str, *args) -> None:
+    def warning(self, message: str, *args: object) -> None:
         if self.enabled:
             log.warning(message, *args)
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from lehr.config_parts import renames
 from lehr.engine.artifacts.checkpoint import CheckpointError
@@ -24,6 +26,7 @@ from lehr.engine.run.stopping import Progress, score, stalled
 from lehr.engine.schedule import LrSchedule, mix_at
 
 log = logging.getLogger("lehr.train")
+Changes = dict[str, tuple[Any, Any]]  # setting -> (old, new)
 
 # Where the run ends and the learning rate of each step (with the stop rule's fields, but where
 # it saves and the branch points it keeps: ``Run._check_branch_points`` answers for those).
@@ -33,7 +36,7 @@ RULE_PLACES = ("save_to", "keep", "keep_to")
 EVALS = ("eval_every", "eval_windows", "task_examples", "task_files")
 
 
-def plan_of(config: dict) -> dict:
+def plan_of(config: dict[str, Any]) -> dict[str, Any]:
     """The plan's settings of a config (``TrainConfig.to_dict``, or a checkpoint's record of it),
     flat: the stop rule's as ``stop_rule.<field>``. A key an older record lacks is at its default,
     under which that record's run trained; a renamed one is read under its old name."""
@@ -51,15 +54,15 @@ def plan_of(config: dict) -> dict:
     return flat
 
 
-def _changed(old: dict, new: dict, keys) -> dict:
+def _changed(old: dict[str, Any], new: dict[str, Any], keys: Iterable[str]) -> Changes:
     return {k: (old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)}
 
 
-def _said(changes: dict) -> str:
+def _said(changes: Changes) -> str:
     return ", ".join(f"{k} {_value(a)} → {_value(b)}" for k, (a, b) in changes.items())
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     return "none" if v is None else str(v)
 
 
@@ -97,8 +100,10 @@ def early_stop_step(
         if ev["step"] % eval_every or ev["step"] < from_step:
             continue
         best = Progress(evals=prog.evals[: i + 1]).best_at(metric, from_step)
+        assert best is not None  # eval i is from from_step on
         if i - best >= patience:
-            return ev["step"]
+            step: int = ev["step"]
+            return step
     return None
 
 
@@ -117,11 +122,13 @@ def lr_schedule(cfg: TrainConfig, anneal_start: int | None, planned_steps: int |
     )
 
 
-def _first_other_step(cfg: TrainConfig, old_planned: int, old_start, new_start, steps: int):
+def _first_other_step(
+    cfg: TrainConfig, old_planned: int, old_start: int | None, new_start: int | None, steps: int
+) -> tuple[int, str, object, object] | None:
     """The first step trained whose learning rate or data mix the new plan sets otherwise:
     (step, what, old, new), or None."""
 
-    def mix(s: int, start) -> dict:
+    def mix(s: int, start: int | None) -> dict[str, float]:
         return mix_at(s, start, cfg.anneal_steps, cfg.stable_mix, cfg.anneal_mix)
 
     old, new = lr_schedule(cfg, old_start, old_planned), lr_schedule(cfg, new_start)
@@ -142,9 +149,9 @@ class _Resume:
     path: Path
     cfg: TrainConfig
     prog: Progress
-    old: dict  # the checkpoint's config, as recorded
-    changes: dict  # plan key -> (old, new)
-    eval_changes: dict
+    old: dict[str, Any]  # the checkpoint's config, as recorded
+    changes: Changes  # plan key -> (old, new)
+    eval_changes: Changes
 
     @property
     def stable(self) -> bool:
@@ -191,7 +198,7 @@ class _Resume:
             return "anneal.branch=<a new name>"
         return "another out_dir"
 
-    def refuse(self, changes: dict, why: str) -> CheckpointError:
+    def refuse(self, changes: Changes, why: str) -> CheckpointError:
         return CheckpointError(
             f"refusing to resume {self.cfg.out_dir} ({self.path.name}) under another plan "
             f"({_said(changes)}): {why}. Set the old value(s) back, train the new plan in a run folder of "
@@ -267,7 +274,7 @@ class _Resume:
         return f"the steps trained are what it trains, so {goes}"
 
 
-def settle(path: Path, state: dict, cfg: TrainConfig, prog: Progress, is_main: bool = True) -> None:
+def settle(path: Path, state: dict[str, Any], cfg: TrainConfig, prog: Progress, is_main: bool = True) -> None:
     """Refuse the resume of ``state`` (the checkpoint at ``path``) under ``cfg`` where the plan
     changed and the run's history is not the new plan's; otherwise set ``prog`` to the new plan's
     decisions (the stable phase's anneal start, an early stop it takes here) and record the change."""

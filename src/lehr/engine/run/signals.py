@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _received: str | None = None  # the signal that stopped the last loop of this process
+_Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal takes and returns
 
 
 def received() -> str | None:
@@ -18,11 +22,11 @@ def received() -> str | None:
 
 
 class GracefulStop:
-    def __init__(self):
+    def __init__(self) -> None:
         self.requested: str | None = None
-        self._previous: dict = {}
+        self._previous: dict[signal.Signals, _Handler] = {}
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         global _received
         if self.requested is None:
             self.requested = _received = signal.Signals(signum).name
@@ -36,6 +40,6 @@ class GracefulStop:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)

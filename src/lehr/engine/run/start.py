@@ -9,6 +9,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,6 +66,7 @@ def start(
     """(mode, checkpoint it started from, progress): ``fresh``, ``resume`` or ``branch``."""
     mode, path, state = checkpoint.resolve_start(rolling, cfg.init_from)
     if mode == "resume":
+        assert path is not None and state is not None  # resolve_start gives both to a resume or a branch
         _check_resumable(path, state, cfg, shards)
         prog = Progress.from_state(state["progress"])
         # A plan (budget, stop rule, early stop) other than the checkpoint's: goes on to the new
@@ -73,6 +75,7 @@ def start(
         _restore(path, state, trainee, cfg, dist, with_optimizer=True)
         trainee.stream.load_state_dict(state["data"])
     elif mode == "branch":
+        assert path is not None and state is not None
         _check_branchable(path, state, cfg, shards)
         if (changes := optimizer_changes(state, cfg)) and dist.is_main:
             log.warning(
@@ -112,7 +115,7 @@ def _record_trainer(prog: Progress, mode: str) -> None:
         prog.trained_by.append(me)
 
 
-def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet) -> None:
+def _check_resumable(path: Path, state: dict[str, Any], cfg: TrainConfig, shards: ShardSet) -> None:
     fix = f"or delete {cfg.out_dir} to start this run afresh"
     if state["tokenizer_sha256"] != shards.manifest["tokenizer"]["sha256"]:
         raise checkpoint.CheckpointError(
@@ -163,7 +166,7 @@ def _check_resumable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet
         )
 
 
-def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSet) -> None:
+def _check_branchable(path: Path, state: dict[str, Any], cfg: TrainConfig, shards: ShardSet) -> None:
     # A field a record leaves out is at its "not in use" value: compared over both records' fields.
     theirs, ours = state["config"]["model"], cfg.to_dict()["model"]
     differ = [
@@ -187,7 +190,7 @@ def _check_branchable(path: Path, state: dict, cfg: TrainConfig, shards: ShardSe
         )
 
 
-def optimizer_changes(state: dict, cfg: TrainConfig) -> list[str]:
+def optimizer_changes(state: dict[str, Any], cfg: TrainConfig) -> list[str]:
     """The optimizer's math settings a branch trains with that its origin was not trained with
     (a branch reads the pretrain params as they are now: a stable phase run by hand with other
     ``--params`` is not what they say)."""
@@ -200,7 +203,7 @@ def optimizer_changes(state: dict, cfg: TrainConfig) -> list[str]:
 
 
 def _restore(
-    path: Path, state: dict, trainee: Trainee, cfg: TrainConfig, dist: Dist, with_optimizer: bool
+    path: Path, state: dict[str, Any], trainee: Trainee, cfg: TrainConfig, dist: Dist, with_optimizer: bool
 ) -> None:
     """Weights, optimizer and scaler, and this rank's RNG states, whatever the checkpoint's kind
     (single file or DCP shards) and process count and whatever this run's: each is resharded."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from lehr.engine.config import StopRule, TrainConfig, task_metric
 from lehr.errors import Explained
@@ -28,21 +29,23 @@ class Progress:
     tokens: int = 0
     anneal_start: int | None = None  # stable phase: the decided start of the decay
     anneal_reason: str | None = None
-    evals: list = field(default_factory=list)  # [{"step": 40, "heldout": {"loss": ...}, <source>: {...}}]
+    # [{"step": 40, "heldout": {"loss": ...}, <source>: {...}}]
+    evals: list[dict[str, Any]] = field(default_factory=list)
     best_loss: float | None = None
     skips_total: int = 0  # updates skipped for a non-finite grad norm
     spikes_total: int = 0  # updates skipped as loss spikes
-    loss_window: dict = field(default_factory=dict)  # the spike guard's recent losses (guard.StepGuard)
-    world_sizes: list = field(default_factory=list)  # [[from step, processes], ...] over the run's life
+    # the spike guard's recent losses (guard.StepGuard)
+    loss_window: dict[str, Any] = field(default_factory=dict)
+    world_sizes: list[list[int]] = field(default_factory=list)  # [[from step, processes], ...] in its life
     # [{from_step, code_sha256, versions}, ...]: which code (``code_identity``) and versions trained
     # each step range, a branch's starting with those of the checkpoint it grew from
-    trained_by: list = field(default_factory=list)
+    trained_by: list[dict[str, Any]] = field(default_factory=list)
     stopped: str | None = None  # why the run ended (early stop, ...); None while it runs or at its end
     # [{step, changed: {setting: [old, new]}}, ...]: the plan a resume changed, and where (``run.plan``)
-    plan_changes: list = field(default_factory=list)
+    plan_changes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def from_state(cls, saved: dict) -> Progress:
+    def from_state(cls, saved: dict[str, Any]) -> Progress:
         """From a checkpoint's state. Checkpoints before 2026-11-30 kept each eval flat
         (``"heldout.loss"``); they resume with it nested, as evals are kept now."""
         evals = [
@@ -60,18 +63,20 @@ class Progress:
         return min(steps, key=lambda i: score(self.evals[i], metric)) if steps else None
 
 
-def score(ev: dict, metric: str) -> float:
+def score(ev: dict[str, Any], metric: str) -> float:
     """``metric`` of one eval (``heldout.loss``, ``tasks.<task>.acc``…), signed so that lower is
     better: a task's accuracy or log-likelihood counts negated."""
     if parsed := task_metric(metric):
         task, name = parsed
-        return -ev["tasks"][task][name]
+        negated: float = -ev["tasks"][task][name]
+        return negated
     source, name = metric.rsplit(".", 1)
-    return ev[source][name]
+    value: float = ev[source][name]
+    return value
 
 
-def _nest(flat: dict) -> dict:
-    out: dict = {}
+def _nest(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         source, metric = key.rsplit(".", 1)  # a source name may hold dots; a metric name does not
         out.setdefault(source, {})[metric] = value
@@ -159,6 +164,7 @@ class EarlyStop(Policy):
         if prog.step < self.from_step:
             return None
         best_at = prog.best_at(self.metric, self.from_step)
+        assert best_at is not None  # this eval's own step is at least from_step
         if len(prog.evals) - 1 - best_at < self.patience:
             return None
         log.info(

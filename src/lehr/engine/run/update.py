@@ -6,7 +6,9 @@ at its sync points."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -24,10 +26,10 @@ class StepResult:
 
 
 def accumulate(
-    forward,
+    forward: Callable[..., Any],  # the model's call, compiled or not
     model: torch.nn.Module,
-    batches: list,
-    scaler,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    scaler: torch.amp.GradScaler,
     hw: Hardware,
     z_loss: float = 0.0,
 ) -> torch.Tensor:
@@ -56,7 +58,12 @@ def _share(t: torch.Tensor, n: int, rows: list[int]) -> torch.Tensor:
 
 
 def apply(
-    core: torch.nn.Module, optimizer, scaler, guard: StepGuard, grad_clip: float, loss: torch.Tensor
+    core: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    guard: StepGuard,
+    grad_clip: float,
+    loss: torch.Tensor,
 ) -> torch.Tensor:
     """Unscale, clip, step (skipped on the device when the guard says so); returns the grad norm.
     ``loss`` is the batch's mean loss, the same on every rank."""
@@ -68,7 +75,8 @@ def apply(
     # bf16 and fp32: the guard's verdict skips the step on the device (under fp16 the scaler
     # hands the optimizer its own found_inf instead)
     if not scaler.is_enabled():
-        optimizer.found_inf = found_inf
+        # an attribute torch's fused optimizers (and MuonAdamW) read but do not declare
+        vars(optimizer)["found_inf"] = found_inf
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)

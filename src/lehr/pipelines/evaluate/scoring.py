@@ -146,7 +146,10 @@ def evaluate_models(
     tasks = chosen_tasks(heldout_tasks, user_tasks, params)
     # Keyed by the path in metrics.json, as a tuple: a branch name may hold dots (v1.2).
     weights = {b: scored_weights(branches[b]) for b in names}
-    models = {("pre_anneal",): pre_anneal, **{("branches", b): weights[b][1] for b in names}}
+    models: dict[tuple[str, ...], Path] = {
+        ("pre_anneal",): pre_anneal,
+        **{("branches", b): weights[b][1] for b in names},
+    }
     with on_a_share(pretrain) as hw:  # the models' work, after every check; the share goes after it
         first = load_model(pre_anneal, hw.device)  # its config fixes the windows every model is scored on
         shard_set = ShardSet(shards["root"], first.cfg.vocab_size, first.cfg.seq_len)
@@ -183,7 +186,7 @@ def evaluate_models(
 def figures_of(model, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware, micro_batch: int) -> dict:
     """A model's held-out figures per source, then its tasks' (``tasks``)."""
     with torch.no_grad():
-        figures = evaluate(model, held, hw, micro_batch=micro_batch)
+        figures: dict[str, dict] = evaluate(model, held, hw, micro_batch=micro_batch)
     if tasks:
         scorer = Scorer(model, tokenizer, hw.device, windows_per_pass(model.cfg.seq_len, micro_batch))
         figures["tasks"] = {task.name: evaluate_task(scorer, task) for task in tasks}
@@ -191,9 +194,10 @@ def figures_of(model, held: HeldOut, tasks: list[Task], tokenizer, hw: Hardware,
 
 
 def provenance_of(branch: Path, weights: tuple[str, Path], origins_by_checkpoint: dict[str, str]) -> dict:
+    origin = branched_from(branch / "final")
     return {
         "weights": weights[0],
-        "origin": origins_by_checkpoint.get(branched_from(branch / "final"), "unrecorded"),
+        "origin": "unrecorded" if origin is None else origins_by_checkpoint.get(origin, "unrecorded"),
         "tokens": State.read(weights[1]).tokens,
     }
 

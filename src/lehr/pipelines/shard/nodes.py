@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 from tokenizers import Tokenizer
 
@@ -23,7 +24,8 @@ def heldout_tasks(token_streams: TokenStreams, tokenizer: Tokenizer, params: Sha
     _check_tokenizer(token_streams, tokenizer)
     if not params.builtin_task_examples:
         return {}
-    eot, heldout = tokenizer.token_to_id(ENDOFTEXT), {}
+    # The streams' tokenizer (_check_tokenizer): tokenize refuses one without ENDOFTEXT
+    eot, heldout = cast(int, tokenizer.token_to_id(ENDOFTEXT)), {}
     for name in (n for n in token_streams.streams if n.startswith("heldout/")):
         docs, chars = [], 0
         for doc in documents(token_streams.chunks(name), eot, tokenizer.decode):
