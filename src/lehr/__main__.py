@@ -3,7 +3,7 @@ Each command's arguments and handler are in ``lehr.commands``, one module per fa
 
 python -m lehr corpus --out DIR         lay out the bundled corpus in a new folder
 python -m lehr branches [--root DIR]    list the anneal branches side by side (default: the catalog's)
-python -m lehr info CHECKPOINT          which commit, config and data made a checkpoint
+python -m lehr info CHECKPOINT          which code, config and data made a checkpoint
 python -m lehr export CHECKPOINT OUT [--hf]   safetensors + config JSON, or a transformers model
 python -m lehr eval CHECKPOINT --task F.jsonl  score a checkpoint or export on a task file
 python -m lehr generate CHECKPOINT --prompt P  sample text, streamed

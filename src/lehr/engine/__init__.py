@@ -2,9 +2,9 @@
 
 What a step computes sits at the top, where a newcomer looks first: ``model`` (the transformer),
 ``optim`` (AdamW and Muon: the optimizer, Muon's work over the processes, Newton-Schulz),
-``schedule`` (the learning rate and the data mix over the steps), ``batches`` (the shard stream a
-step draws from), ``config`` (a run's settings, declared once in parts), ``hardware`` (precision
-profiles), ``fp8`` and ``memory`` (the estimate per GPU).
+``schedule`` (the learning rate, the batch-size warmup and the data mix over the steps),
+``batches`` (the shard stream a step draws from), ``config`` (a run's settings, declared once in
+parts), ``hardware`` (precision profiles), ``fp8`` and ``memory`` (the estimate per GPU).
 
 The rest is grouped by what it does:
 

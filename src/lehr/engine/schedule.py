@@ -1,4 +1,6 @@
-"""Learning-rate schedules, stateless: the LR is a pure function of the step.
+"""The plan over the steps, stateless (each a pure function of the step): the learning rate
+(``LrSchedule``), a cooldown's length (``cooldown_steps``), the batch-size warmup (``BatchRamp``)
+and the data mix (``mix_at``). The learning rate's schedules:
 
 * ``wsd`` (warmup-stable-decay): linear warmup to the peak, flat until ``anneal_start``, then a
   decay of ``anneal_steps`` to ``min_lr`` with shape ``linear``, ``cosine`` or ``1-sqrt``. With

@@ -1,1 +1,2 @@
-"""The stages' parameters: their typed classes, every check on them, and where each is set."""
+"""The training stages' and the ladder's parameters (the data stages' are ``lehr.dataprep.params``):
+their typed classes, every check on them, the params DVC tracks, and where each key is set."""

@@ -1,1 +1,3 @@
-"""What each run came from and what it measured: provenance, and MLflow runs through a Kedro hook."""
+"""What each run came from and what it measured: provenance, the MLflow store (``mlflow_store``)
+and the engine's step records forwarded into MLflow (``step_forwarder``); the Kedro hook that
+opens a stage's MLflow run is ``lehr.hooks.mlflow_tracking``."""
