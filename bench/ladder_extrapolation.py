@@ -1,6 +1,6 @@
 """Benchmark: does the ladder's law hold past its rungs? One rung beyond the fit, near twice the
 largest rung's parameters (the depth of the ladder's shape rule nearest 2x, in log) at twice its
-largest budget, trained exactly as ``make ladder`` trains a rung (``lehr.jobs.ladder_rungs.
+largest budget, trained exactly as ``make ladder`` trains a rung (``lehr.training.ladder_rungs.
 train_rung``: the recipe at that shape, a stable phase to the budget and a cooldown of
 ``ladder.decay_ratio`` of it), then its held-out bits per byte against what the committed fit
 predicts at its parameters and tokens, with the fit's 95% interval.
@@ -32,12 +32,12 @@ from lehr.catalog.shards_dataset import ShardsDataset
 from lehr.config_parts import from_mapping
 from lehr.engine.model import Transformer, preset
 from lehr.files.atomic import write_text_atomic
-from lehr.jobs.ladder_rungs import recipe_overrides, train_rung
 from lehr.params.check import load_parameters
 from lehr.params.ladder import LadderParams
 from lehr.params.stages import AnnealParams, PretrainParams
 from lehr.paths import profile_in_force
 from lehr.reports.scaling_fit import predict
+from lehr.training.ladder_rungs import recipe_overrides, train_rung
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """Benchmark: does one learning rate suit every size of the ladder? For the smallest and largest
 rung shapes (``ladder.shape`` at ``--depths``), Muon's ``muon_lr`` and AdamW's ``lr`` are each
 swept over ``--multipliers`` of the recipe's value; every run is a rung exactly as ``make ladder``
-trains it (``lehr.jobs.ladder_rungs.train_rung``: a stable run to the budget and a cooldown of
+trains it (``lehr.training.ladder_rungs.train_rung``: a stable run to the budget and a cooldown of
 ``ladder.decay_ratio`` of it), and its held-out bits per byte are printed, with each size's best
 multiplier. With Muon the AdamW groups (embeddings, gains) keep the recipe's ``lr``: the sweep
 moves the rate whose transfer across widths is in question, Muon's on the hidden matrices.
@@ -26,9 +26,9 @@ import yaml
 
 from lehr.catalog.shards_dataset import ShardsDataset
 from lehr.config_parts import from_mapping
-from lehr.jobs.ladder_rungs import train_rung
 from lehr.params.ladder import LadderParams
 from lehr.params.stages import AnnealParams, PretrainParams
+from lehr.training.ladder_rungs import train_rung
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -92,7 +92,7 @@ def test_the_engine_knows_nothing_of_kedro_dvc_or_mlflow():
                     (
                         "lehr.pipelines",
                         "lehr.params",
-                        "lehr.jobs",
+                        "lehr.training",
                         "lehr.hooks",
                         "lehr.commands",
                         "lehr.project",

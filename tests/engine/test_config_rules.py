@@ -113,7 +113,7 @@ def test_the_math_hash_of_a_config_is_what_it_was(settings):
 def test_a_branch_keeps_its_name(origin, ratio, steps):
     import yaml
 
-    from lehr.jobs.folder_names import branch_name
+    from lehr.training.folder_names import branch_name
     from tests import ROOT
 
     pretrain = yaml.safe_load((ROOT / "conf/base/parameters_pretrain_stable.yml").read_text())["pretrain"]

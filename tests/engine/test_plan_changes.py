@@ -27,8 +27,8 @@ from lehr.engine.model import preset
 from lehr.engine.run.loop import train
 from lehr.engine.run.plan import settle
 from lehr.engine.run.stopping import Progress
-from lehr.jobs.training_job import run_engine, stable_job
 from lehr.params.stages import PretrainParams
+from lehr.training.job import run_engine, stable_job
 from tests import ROOT
 
 STOPPED: list[int] = []

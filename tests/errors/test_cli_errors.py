@@ -231,7 +231,7 @@ def test_ctrl_c_outside_the_loop_ends_a_stage_with_one_line_and_130(monkeypatch,
 def test_a_run_the_loop_stopped_says_its_signal_step_and_checkpoint(monkeypatch):
     from lehr.engine.config import Launch
     from lehr.engine.run import signals
-    from lehr.jobs import training_job
+    from lehr.training import job as training_job
 
     summary = {"stopped": "signal", "step": 6, "out_dir": "runs/auto-1"}
     monkeypatch.setattr(training_job.launch, "run", lambda *a, **k: summary)

@@ -187,8 +187,8 @@ def join_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def join(args: argparse.Namespace) -> int:
-    from lehr.jobs import join as multi_node
     from lehr.paths import profile_in_force
+    from lehr.training import join as multi_node
 
     env = args.env or profile_in_force(Path.cwd())
     node = multi_node.join(Path.cwd(), args.stage, env, multi_node.runtime_params(args.params))

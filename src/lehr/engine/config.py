@@ -4,7 +4,7 @@ Each part (schedule, optimizer, data, hardware, eval, checkpointing, ...) is a f
 that declares its settings with their types, defaults and checks. ``TrainConfig`` is every part
 together; the Kedro stage params (``lehr.params.stages``) inherit the same parts, so a setting such as
 ``lr`` is declared, defaulted and validated here and nowhere else, and a stage's params become a
-``TrainConfig`` by taking the fields the parts share (``lehr.jobs.train_config``) instead of copying them.
+``TrainConfig`` by taking the fields the parts share (``lehr.training.train_config``) instead of copying them.
 An anneal branch's own settings are one more part, ``BranchConfig``, applied by
 ``TrainConfig.branch``.
 

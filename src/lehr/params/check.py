@@ -45,9 +45,9 @@ def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
     against their tokenizer's: what ``stable_config`` would refuse."""
     from lehr.config_parts import from_mapping
     from lehr.engine.model import preset
-    from lehr.jobs.train_config import branch_point_steps, model_config, stop_rule
     from lehr.params.mix_checks import section
     from lehr.params.stages import PretrainParams
+    from lehr.training.train_config import branch_point_steps, model_config, stop_rule
 
     try:
         p = from_mapping(PretrainParams, section(parameters, "pretrain"), "pretrain")

@@ -1,6 +1,7 @@
 """The model ladder's params (``conf/base/parameters_ladder.yml``): the sizes, the rule that gives
-each its shape, the budgets and the fit's settings. Apart from ``lehr.jobs.ladder_rungs`` (which trains the
-rungs), so that the fit's stage reads them without depending on the training code."""
+each its shape, the budgets and the fit's settings. Apart from ``lehr.training.ladder_rungs``
+(which trains the rungs), so that the fit's stage reads them without depending on the training
+code."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def family_notes(family: dict | None, recorded: bool, run: dict | None) -> Itera
             "project's conf"
         )
     if run:
-        from lehr.jobs.ladder_rungs import family_gaps  # torch and the engine: only for a checkpoint
+        from lehr.training.ladder_rungs import family_gaps  # torch and the engine: only for a checkpoint
 
         for gap in family_gaps(family, run["model"], run["decay"], run["batch_warmup_steps"]):
             yield f"note: an extrapolation across shapes: {gap}"

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-# A branch named by lehr (lehr.jobs.folder_names.branch_name): [origin-]kind-length-digest.
+# A branch named by lehr (lehr.training.folder_names.branch_name): [origin-]kind-length-digest.
 DERIVED = re.compile(
     r"^(?:(?P<origin>tokens-\d+)-)?(?P<kind>linear|cosine|1-sqrt)-(?P<length>r[\d.]+|\d+)-[0-9a-f]{6}$"
 )

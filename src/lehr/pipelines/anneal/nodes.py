@@ -10,11 +10,11 @@ import pandas as pd
 
 from lehr.catalog.branches_dataset import check_free
 from lehr.engine.run.metrics import METRICS
-from lehr.jobs.training_job import anneal_job, origin_of, run_engine
 from lehr.params.stages import AnnealParams, PretrainParams
 from lehr.paths import run_by_dvc
 from lehr.project.experiment_refs import refuse_experiment_branch
 from lehr.reports.stage_reports import read_curve, stage_metrics, stage_timing
+from lehr.training.job import anneal_job, origin_of, run_engine
 
 
 def train_anneal(

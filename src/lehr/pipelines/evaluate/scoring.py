@@ -27,11 +27,11 @@ from lehr.engine.evals.tasks import Scorer, Task, evaluate_task, read_task
 from lehr.engine.hardware import Hardware, resolve
 from lehr.engine.processes import launch, shares
 from lehr.files.atomic import sha256_file
-from lehr.jobs.folder_names import branch_name
 from lehr.params.stages import AnnealParams, EvaluateParams, PretrainParams
 from lehr.reports import comparison
 from lehr.tracking import step_forwarder
 from lehr.tracking.provenance import branched_from
+from lehr.training.folder_names import branch_name
 
 log = logging.getLogger(__name__)
 

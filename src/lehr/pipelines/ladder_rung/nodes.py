@@ -1,13 +1,13 @@
 """ladder_rung: one size of the ladder (``ladder.rung``): its stable run with a branch point at
-every budget and a cooldown from each (``lehr.jobs.ladder_rungs``)."""
+every budget and a cooldown from each (``lehr.training.ladder_rungs``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lehr.jobs.ladder_rungs import train_rung
 from lehr.params.ladder import LadderParams
 from lehr.params.stages import AnnealParams, PretrainParams
+from lehr.training.ladder_rungs import train_rung
 
 
 def train_ladder_rung(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lehr.jobs.training_job import run_engine, stable_job
 from lehr.params.stages import PretrainParams
 from lehr.reports.stage_reports import read_curve, stage_metrics, stage_timing
+from lehr.training.job import run_engine, stable_job
 
 
 def train_stable(

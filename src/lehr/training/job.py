@@ -10,11 +10,11 @@ from lehr import fixes
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import Launch, TrainConfig
 from lehr.engine.processes import launch
-from lehr.jobs.folder_names import anneal_run_dir, branch_name
-from lehr.jobs.train_config import anneal_config, stable_config
 from lehr.params.stages import AnnealParams, PretrainParams
 from lehr.paths import in_experiment_copy, project_root
 from lehr.tracking import provenance, step_forwarder
+from lehr.training.folder_names import anneal_run_dir, branch_name
+from lehr.training.train_config import anneal_config, stable_config
 
 
 def stable_job(pretrain: PretrainParams, shards: dict, runs_root: Path, tasks: dict) -> TrainConfig:

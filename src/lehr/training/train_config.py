@@ -1,7 +1,7 @@
-"""Stage params -> the engine's ``TrainConfig`` (``lehr.jobs.training_job`` runs it). The params already
+"""Stage params -> the engine's ``TrainConfig`` (``lehr.training.job`` runs it). The params already
 hold the engine's config parts (``lehr.params.stages``); what is computed here is only what derives
 from several settings or from the data: the model for the tokenizer's vocabulary, the stop rule,
-where a branch starts. The folders they train into are named in ``lehr.jobs.folder_names``."""
+where a branch starts. The folders they train into are named in ``lehr.training.folder_names``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from lehr.engine.artifacts.state import State
 from lehr.engine.config import SHARED_PARTS, StopRule, TrainConfig
 from lehr.engine.model import ModelConfig, preset
-from lehr.jobs.folder_names import stable_run_name
 from lehr.params.stages import AnnealParams, PretrainParams
 from lehr.paths import portable
+from lehr.training.folder_names import stable_run_name
 
 
 def model_config(p: PretrainParams, manifest: dict) -> ModelConfig:

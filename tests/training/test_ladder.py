@@ -1,5 +1,5 @@
 """The micro ladder: 3 sizes x 2 budgets of the tiny model on the smoke shards, trained through
-lehr.jobs.ladder_rungs as the ladder's stages train it, fitted, plotted and predicted from; and the
+lehr.training.ladder_rungs as the ladder's stages train it, fitted, plotted and predicted from; and the
 ladder's refusals of bad input."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from lehr.__main__ import main
 from lehr.catalog import ShardsDataset
 from lehr.config_parts import from_mapping
 from lehr.engine.model import preset
-from lehr.jobs.ladder_rungs import family_gaps, recipe_overrides, rung_params, train_rung
 from lehr.params.ladder import LadderParams
 from lehr.params.stages import AnnealParams, PretrainParams
 from lehr.pipelines.ladder_fit.nodes import fit_ladder
 from lehr.reports.scaling_fit import GRID, FitError, Law, fit, predict
+from lehr.training.ladder_rungs import family_gaps, recipe_overrides, rung_params, train_rung
 from tests import ROOT
 
 MICRO = {

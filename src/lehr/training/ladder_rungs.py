@@ -15,9 +15,9 @@ from pathlib import Path
 from lehr.config_parts import require
 from lehr.engine.model import preset
 from lehr.engine.schedule import cooldown_steps
-from lehr.jobs.training_job import anneal_job, run_engine, stable_job
 from lehr.params.ladder import LadderParams, ShapeRule
 from lehr.params.stages import AnnealParams, ModelParams, PretrainParams
+from lehr.training.job import anneal_job, run_engine, stable_job
 
 
 def rung_params(p: PretrainParams, a: AnnealParams, ladder: LadderParams, depth: int, manifest: dict):

@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 from lehr.config_parts import from_mapping
 from lehr.engine.config import TrainConfig
 from lehr.engine.processes import launch
-from lehr.jobs.training_job import anneal_job, check_stage_node, stable_job
 from lehr.params.stages import AnnealParams, PretrainParams
+from lehr.training.job import anneal_job, check_stage_node, stable_job
 
 STAGES = ("pretrain_stable", "anneal")
 

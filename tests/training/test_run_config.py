@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lehr.jobs.folder_names import branch_name
-from lehr.jobs.train_config import anneal_config, stable_config
 from lehr.params.stages import AnnealParams, PretrainParams
+from lehr.training.folder_names import branch_name
+from lehr.training.train_config import anneal_config, stable_config
 from tests import ROOT
 
 MANIFEST = {"root": "/shards", "tokenizer": {"vocab_size": 512, "sha256": "x"}}
@@ -121,7 +121,7 @@ def test_nothing_listens_beyond_loopback_by_default():
 
 def test_a_stage_across_machines_runs_on_node_0_under_the_static_rendezvous():
     from lehr.engine.config import Launch
-    from lehr.jobs.training_job import check_stage_node
+    from lehr.training.job import check_stage_node
 
     check_stage_node(Launch())
     check_stage_node(Launch(nnodes=2, node_rank=0))
@@ -196,7 +196,7 @@ def test_the_default_branch_keeps_the_name_it_had_before_branch_points():
 
 
 def test_an_origin_must_be_a_branch_point_of_pre_anneals_own_stable_run(tmp_path):
-    from lehr.jobs.training_job import origin_of
+    from lehr.training.job import origin_of
 
     def checkpoint(path, run):
         path.mkdir(parents=True)
