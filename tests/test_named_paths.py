@@ -29,7 +29,10 @@ NOT_CODE = {
 }
 PATH = re.compile(r"\bsrc/lehr/[A-Za-z0-9_/]+(?:\.py)?")
 # A file named from inside the package, as comments do: ``engine/run/loop.py``.
-ROOMS = "engine|dataprep|catalog|params|jobs|hooks|commands|errors|reports|project|files|pipelines|tracking"
+ROOMS = "|".join(
+    ("engine", "dataprep", "catalog", "params", "training", "hooks", "commands", "errors", "reports")
+    + ("project", "files", "pipelines", "tracking")
+)
 PACKAGE_PATH = re.compile(rf"(?<![\w/.])(?:{ROOMS})/[A-Za-z0-9_/]+\.py\b")
 FILES = [
     *sorted((ROOT / "src").rglob("*.py")),

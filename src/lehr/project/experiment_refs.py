@@ -15,7 +15,7 @@ def experiment_branches(project: Path) -> dict[str, str]:
     from lehr.paths import catalog_files
 
     out: dict[str, str] = {}
-    metrics_file = catalog_files(project)["metrics"]
+    metrics_file = catalog_files(project)["eval_metrics"]
     try:
         exps = experiments_of(project, git(project, "rev-parse", "HEAD").strip())
     except (subprocess.CalledProcessError, OSError):  # no git, or no commit yet: no experiments
@@ -31,10 +31,13 @@ def experiment_branches(project: Path) -> dict[str, str]:
 def refuse_experiment_branch(branch: str, project: Path) -> None:
     """A branch trained by hand may not take the name of one an experiment trained (its branch left
     the workspace when the workspace was put back, and `dvc exp apply` would bring it back)."""
+    from lehr.paths import catalog_files
+
     exp = experiment_branches(project).get(branch)
     if exp:
+        home = catalog_files(project)["anneal_branches"]
         raise ValueError(
-            f"anneal branch {branch!r} is experiment {exp}'s (data/06_models/anneal/{branch} in its commit; "
+            f"anneal branch {branch!r} is experiment {exp}'s ({home}/{branch} in its commit; "
             f"`dvc exp apply {exp}` brings it back): a branch trained by `kedro run` may not take its name. "
             "Choose another name (--params anneal.branch=NAME)."
         )

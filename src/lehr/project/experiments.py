@@ -309,7 +309,7 @@ def figures(project: Path, rev: str) -> tuple[dict | None, dict | None]:
     from lehr.paths import catalog_files
 
     files = catalog_files(project)
-    metrics, items = (show(project, rev, files[name]) for name in ("metrics", "scored_items"))
+    metrics, items = (show(project, rev, files[name]) for name in ("eval_metrics", "scored_items"))
     return (json.loads(metrics) if metrics else None), (json.loads(items) if items else None)
 
 
