@@ -46,6 +46,11 @@ def catalog(project: Path, env: str | None = None) -> dict:
     """The resolved catalog under ``env`` (default: the profile in force)."""
     from kedro.config import OmegaConfigLoader
 
+    if not (project / "conf" / "base").is_dir():
+        raise FileNotFoundError(
+            f"{project} is no lehr project (it has no conf/base): run the command at the project's root"
+        )
+
     loader = OmegaConfigLoader(
         conf_source=str(project / "conf"), base_env="base", default_run_env=env or profile_in_force(project)
     )

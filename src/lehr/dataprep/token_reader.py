@@ -105,7 +105,7 @@ def load(root: Path) -> TokenStreams:
         found: dict[int, dict[int, dict]] = {}
         for p in root.glob("streams-*-of-*.json"):
             if not (m := _SLICE_INDEX.match(p.name)):
-                continue  # the glob's names all match
+                continue  # a name the glob takes that is no slice's index (streams-a-of-b.json)
             found.setdefault(int(m[2]), {})[int(m[1])] = json.loads(p.read_text())
         if not found:
             raise TokenStoreError(

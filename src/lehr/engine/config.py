@@ -157,7 +157,7 @@ class DataConfig(Part):
     # A batch-size warmup (modded-nanogpt record #46 ramps the batch up in stages; early steps learn
     # common patterns from few sequences): the first batch_warmup_steps steps draw
     # batch_warmup_start sequences, then 2x, 3x ... that, in stages as equal as whole steps allow,
-    # below batch_size. The same steps then train fewer tokens (``rows_before``); 0 = off.
+    # below batch_size. The same steps then train fewer tokens (``BatchRamp.rows_before``); 0 = off.
     batch_warmup_steps: int = setting(0, off=0)
     batch_warmup_start: int = setting(4, used_if=lambda c: c.batch_warmup_steps != 0)
 

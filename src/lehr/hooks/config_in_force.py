@@ -14,14 +14,14 @@ from lehr.paths import profile_in_force
 
 log = logging.getLogger(__name__)
 
-PROFILE_ENV = "LEHR_PROFILE"
+PROFILE_ENV = "LEHR_PROFILE"  # the Kedro env of this run, for the provenance the nodes record
 # The runs that train on a data mix: refused at their start when it names a tier the data lacks
 # (`lehr check` and `lehr exp` refuse it before anything runs; tokenize alone may run first).
 MIX_READERS = {
     "pretrain_stable",
     "anneal",
     "__default__",
-}  # the Kedro env of this run, for the provenance the nodes record
+}
 
 
 class ConfigInForce:

@@ -43,7 +43,6 @@ def load_parameters(conf: Path, env: str) -> dict:
 def pretrain_problems(parameters: dict, shards: Path) -> list[str]:
     """The branch points against the planned stable phase and, with shards, the model's vocabulary
     against their tokenizer's: what ``stable_config`` would refuse."""
-    from lehr.config_parts import from_mapping
     from lehr.engine.model import preset
     from lehr.params.mix_checks import section
     from lehr.params.stages import PretrainParams
