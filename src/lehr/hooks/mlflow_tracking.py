@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kedro.config import MissingConfigException
 from kedro.framework.hooks import hook_impl
@@ -24,6 +25,9 @@ from lehr.params.mix_checks import section
 from lehr.paths import dataset_path, profile_in_force
 from lehr.tracking import step_forwarder
 from lehr.tracking.mlflow_store import first_use, project_store, unreachable, use_experiment
+
+if TYPE_CHECKING:  # MLflow is imported when a pipeline starts, not with the hook
+    from mlflow import ActiveRun
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +58,8 @@ def _file_sha256(path: Path) -> str:
 
 
 class MlflowTracking:
-    def __init__(self):
-        self._run = None
+    def __init__(self) -> None:
+        self._run: ActiveRun | None = None
         self._settings: dict = {}
         self._params: dict = {}
         self._env = "local"
